@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CairnConfig(AppConfig):
+    name = "cairn"
+    verbose_name = "Cairn broker"

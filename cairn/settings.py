@@ -1,0 +1,122 @@
+"""Django settings. Everything configurable comes from environment variables (cairn/env.py).
+
+Embedded defaults need no servers: SQLite, Channels' in-memory layer, in-process services.
+``CAIRN_REDIS_URL`` switches the channel layer (and Celery) to Redis; ``DATABASE_URL`` switches
+Django's own tables to PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from cairn import env
+
+BASE_DIR = env.BASE_DIR
+DATA_DIR = env.data_dir()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = env.secret_key()
+DEBUG = env.get_bool("CAIRN_DEBUG", False)
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in env.get("CAIRN_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    if h.strip()
+]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "channels",
+    "cairn",
+    "api",
+    "webui",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "cairn.urls"
+ASGI_APPLICATION = "cairn.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database_url = env.get("DATABASE_URL", "")
+DATABASES = {
+    "default": env.database_from_url(_database_url)
+    if _database_url
+    else {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "cairn.sqlite3"}
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+LOGIN_URL = "/admin/login/"
+
+REDIS_URL = env.get("CAIRN_REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# The broker runtime (store, services, Kafka listener) reads these.
+CAIRN = {
+    "STORE_DIR": env.store_dir(),
+    "HTTP_HOST": env.get("CAIRN_HTTP_HOST", "127.0.0.1"),
+    "HTTP_PORT": env.get_port("CAIRN_HTTP_PORT", 8080),
+    "KAFKA_PORT": env.get_port("CAIRN_KAFKA_PORT", 9092),
+    "SERVICES": env.get_choice("CAIRN_SERVICES", "inline", ("inline", "celery")),
+    "FLUSH": env.get_choice("CAIRN_FLUSH", "async", ("async", "sync")),
+    "AUTO_CREATE_TOPICS": env.get_bool("CAIRN_AUTO_CREATE_TOPICS", False),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.get("CAIRN_LOG_LEVEL", "INFO").upper()},
+    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+}

@@ -1,0 +1,11 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from cairn import views
+
+urlpatterns = [
+    path("healthz", views.healthz, name="healthz"),
+    path("api/v1/", include("api.urls")),
+    path("admin/", admin.site.urls),
+    path("", include("webui.urls")),
+]

@@ -1,0 +1,33 @@
+import pytest
+
+from cairn import env
+
+
+def test_bad_port_is_one_readable_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_HTTP_PORT", "eighty")
+    with pytest.raises(SystemExit, match="CAIRN_HTTP_PORT: expected a port number, got 'eighty'"):
+        env.get_port("CAIRN_HTTP_PORT", 8080)
+
+
+def test_choice_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_SERVICES", "threads")
+    with pytest.raises(SystemExit, match="expected one of inline, celery"):
+        env.get_choice("CAIRN_SERVICES", "inline", ("inline", "celery"))
+
+
+def test_postgres_url_becomes_django_database() -> None:
+    db = env.database_from_url("postgres://cairn:s%40cret@db.example:5433/broker")
+    assert db == {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "broker",
+        "USER": "cairn",
+        "PASSWORD": "s@cret",
+        "HOST": "db.example",
+        "PORT": "5433",
+    }
+
+
+def test_every_variable_is_documented_in_readme() -> None:
+    readme = (env.BASE_DIR / "README.md").read_text()
+    missing = [v.name for v in env.VARIABLES if f"`{v.name}`" not in readme]
+    assert missing == []

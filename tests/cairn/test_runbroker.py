@@ -1,0 +1,81 @@
+"""runbroker as a user runs it: a real process, real HTTP, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_port, wait_for_port
+
+pytestmark = pytest.mark.slow
+
+
+def start_broker(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    env = dict(
+        os.environ, CAIRN_DATA_DIR=str(data_dir), CAIRN_HTTP_PORT=str(port), PYTHONUNBUFFERED="1"
+    )
+    env.pop("CAIRN_STORE_DIR", None)
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "runbroker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=30)
+    return proc.returncode, out.decode()
+
+
+def test_serves_healthz_and_stops_cleanly(tmp_path: Path) -> None:
+    port = free_port()
+    proc = start_broker(tmp_path, port)
+    try:
+        wait_for_port(port, 60, proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            health = json.load(r)
+    finally:
+        code, out = stop(proc)
+    assert health["status"] == "ok"
+    assert health["store_dir"] == str(tmp_path / "store")
+    assert (tmp_path / "store").is_dir()
+    assert code == 0, out
+    assert "Cairn broker stopped." in out
+    # First start: an admin account with a random password, printed once.
+    assert "user:     admin" in out
+    password = out.split("password: ")[1].split()[0]
+    assert len(password) >= 12
+
+    # Second start: the account exists, no password is printed; Ctrl-C also stops it.
+    proc = start_broker(tmp_path, port)
+    try:
+        wait_for_port(port, 60, proc)
+    finally:
+        code, out = stop(proc, signal.SIGINT)
+    assert code == 0, out
+    assert "password:" not in out
+
+
+def test_busy_port_is_a_readable_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = start_broker(tmp_path, port)
+        out, _ = proc.communicate(timeout=60)
+    text = out.decode()
+    assert proc.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in text
+    assert "Traceback" not in text

@@ -1,0 +1,1 @@
+"""The operators' console: server-rendered pages and the live-trace WebSocket consumer."""
