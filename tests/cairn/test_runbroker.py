@@ -79,3 +79,24 @@ def test_busy_port_is_a_readable_error(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}" in text
     assert "Traceback" not in text
+
+
+def test_second_broker_on_the_same_store_is_refused(tmp_path: Path) -> None:
+    first_port, second_port = free_port(), free_port()
+    first = start_broker(tmp_path, first_port)
+    try:
+        wait_for_port(first_port, 60, first)
+        with urllib.request.urlopen(f"http://127.0.0.1:{first_port}/healthz", timeout=10) as r:
+            health = json.load(r)
+        assert health["store"]["dispatch_behind_bytes"] == 0
+        assert set(health["service_state"]) == {"reput", "flush"}
+        second = start_broker(tmp_path, second_port)
+        out, _ = second.communicate(timeout=60)
+        text = out.decode()
+        assert second.returncode != 0
+        assert "is locked by another process" in text
+        assert "Traceback" not in text
+    finally:
+        code, out = stop(first)
+    assert code == 0, out
+    assert not (tmp_path / "store" / "abort").exists()  # clean shutdown

@@ -20,6 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from cairn import runtime
+from mqcore.errors import MQError
 
 
 class _Server(daphne.server.Server):  # type: ignore[misc]
@@ -64,7 +65,10 @@ class Command(BaseCommand):
         self._ensure_admin(host, port)
 
         rt = runtime.current()
-        rt.start()
+        try:
+            rt.start()
+        except MQError as exc:
+            raise CommandError(str(exc)) from None
         from cairn.asgi import application
 
         url_host = f"[{host}]" if ":" in host else host

@@ -1,0 +1,330 @@
+"""The CommitLog: every message of every topic, appended in one sequence of mapped segments.
+
+Layout (spec 1, 2.2)::
+
+    <root>/commitlog/00000000000000000000      records, then an end-of-file blank record
+    <root>/commitlog/00000000001073741824      the next segment, named by its phys_offset
+
+A record never straddles two segments: when a record (or a whole batch) plus the 8-byte
+blank record does not fit in what is left of a segment, the writer writes the blank record
+(``TOTALSIZE = remaining``, ``BLANK_MAGIC_CODE``), claims the rest of the segment and writes
+the record at the start of the next one.
+
+Invariants:
+  * One writer: every append runs under ``put_lock``; STORETIMESTAMP is taken inside it, so
+    store times never go back along the log.
+  * ``queue_offsets`` holds the next ConsumeQueue offset of every (topic, queue_id); it is
+    assigned at append time (written into the record's QUEUEOFFSET) and rebuilt at start from
+    the ConsumeQueues' max offsets (spec 5.4 step 6).
+  * Readers read only below a segment's ``wrote_position`` (the bytes are copied in before the
+    position moves), so they never see half a record.
+
+Crash behaviour: the CommitLog is the source of truth and carries a CRC per record; recovery
+(``recovery.py``) scans it, truncates a torn tail and rebuilds what is derived from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mqcore.clock import Clock
+from mqcore.errors import MessageIllegalError
+from mqcore.message import MessageExt
+from mqcore.store.config import StoreConfig
+from mqcore.store.delay_levels import parse_delay_levels
+from mqcore.store.format import (
+    Blank,
+    Corrupt,
+    DispatchRequest,
+    decode_dispatch,
+    decode_record,
+    encode_blank,
+    encode_record,
+)
+from mqcore.store.mapped_file import MappedFile
+from mqcore.store.msgid import HostAddress
+from mqcore.store.record_layout import (
+    END_FILE_MIN_BLANK_LENGTH,
+    INT32,
+    INT64,
+    SIZE_MAGIC,
+    SYSFLAG_POSITION,
+    store_timestamp_position,
+)
+from mqcore.store.segments import MappedFileQueue
+
+
+@dataclass(slots=True)
+class PendingRecord:
+    """A message ready to append: everything but the offsets and the store time.
+
+    ``size`` is the record's TOTALSIZE (``record_layout.record_size``), computed by the
+    caller before the put lock is taken. ``takes_queue_offset`` is False for PREPARED and
+    ROLLBACK transaction records, which get QUEUEOFFSET 0 and no ConsumeQueue entry.
+    """
+
+    topic: str
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: HostAddress
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    properties: bytes
+    size: int
+    takes_queue_offset: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where one record went."""
+
+    phys_offset: int
+    queue_offset: int
+    store_timestamp: int
+    size: int
+
+
+class CommitLog:
+    """The mapped segments of the CommitLog, their single writer and their readers."""
+
+    def __init__(
+        self, root: Path, config: StoreConfig, clock: Clock, *, readonly: bool = False
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.file_size = config.commitlog_file_size
+        self.store_host = config.store_host
+        self.segments = MappedFileQueue(
+            Path(root) / "commitlog", self.file_size, readonly=readonly, clock=clock
+        )
+        self.put_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.delay_levels_ms = parse_delay_levels(config.message_delay_level)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map the existing segments (all considered full until recovery truncates)."""
+        self.segments.load()
+
+    def close(self) -> None:
+        self.segments.close()
+
+    # -- offsets --------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """The first readable phys_offset (0 for an empty log). Thread-safe."""
+        return self.segments.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """One past the last written byte. Thread-safe."""
+        return self.segments.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """Everything below is on disk. Thread-safe."""
+        return self.segments.flushed_where
+
+    @property
+    def confirm_offset(self) -> int:
+        """How far reput may dispatch (spec 6.1): the flushed offset under sync flush (a
+        consumer never sees a message the producer was not told is safe), else the end."""
+        return self.flushed_offset if self.config.flush == "sync" else self.max_offset
+
+    def roll_next_file(self, offset: int) -> int:
+        """The start of the segment after the one holding ``offset``."""
+        return offset + self.file_size - offset % self.file_size
+
+    # -- writing --------------------------------------------------------------------------
+
+    def append(self, batch: Sequence[PendingRecord]) -> list[Appended]:
+        """Append records contiguously in one segment, under the put lock. Thread-safe.
+
+        Raises:
+            MessageIllegalError: the batch cannot fit even in an empty segment.
+            StoreNotWritableError: the log is open read-only.
+        """
+        total = sum(r.size for r in batch)
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise MessageIllegalError(
+                "messages",
+                "max_batch_bytes",
+                f"messages: {total} bytes do not fit in one CommitLog segment "
+                f"of {self.file_size} bytes",
+            )
+        with self.put_lock:
+            return self._append_locked(batch, total)
+
+    def _append_locked(self, batch: Sequence[PendingRecord], total: int) -> list[Appended]:
+        segment = self.segments.last_or_create(0)
+        if total + END_FILE_MIN_BLANK_LENGTH > segment.remaining:
+            segment.fill_to_end(encode_blank(segment.remaining))
+            segment = self.segments.last_or_create(0)
+        store_timestamp = self.clock.now_ms()
+        phys_offset = segment.base_offset + segment.wrote_position
+        parts: list[bytes] = []
+        appended: list[Appended] = []
+        offsets = self.queue_offsets
+        for r in batch:
+            key = (r.topic, r.queue_id)
+            queue_offset = offsets.get(key, 0) if r.takes_queue_offset else 0
+            record = encode_record(
+                topic=r.topic,
+                queue_id=r.queue_id,
+                flag=r.flag,
+                queue_offset=queue_offset,
+                phys_offset=phys_offset,
+                sys_flag=r.sys_flag,
+                born_timestamp=r.born_timestamp,
+                born_host=r.born_host,
+                store_timestamp=store_timestamp,
+                store_host=self.store_host,
+                reconsume_times=r.reconsume_times,
+                prepared_transaction_offset=r.prepared_transaction_offset,
+                body=r.body,
+                properties=r.properties,
+            )
+            parts.append(record)
+            appended.append(Appended(phys_offset, queue_offset, store_timestamp, len(record)))
+            phys_offset += len(record)
+            if r.takes_queue_offset:
+                offsets[key] = queue_offset + 1
+        segment.append(parts[0] if len(parts) == 1 else b"".join(parts))
+        segment.store_timestamp_ms = store_timestamp
+        return appended
+
+    def flush(self, least_pages: int) -> bool:
+        """One flush pass (spec 6.2). Thread-safe: flushes are serialised.
+
+        Returns:
+            True if the flushed offset moved.
+        """
+        with self._flush_lock:
+            return self.segments.flush(least_pages)
+
+    def flush_until(self, end_offset: int) -> bool:
+        """Group commit: return once everything below ``end_offset`` is on disk.
+
+        The first producer to get here flushes for everyone waiting behind it: each flush
+        covers all bytes written so far, so the waiters after it find their offset already
+        flushed and return without another msync. Thread-safe.
+
+        Returns:
+            False if the flush stopped making progress before reaching ``end_offset``.
+        """
+        if self.segments.flushed_where >= end_offset:
+            return True
+        with self._flush_lock:
+            while self.segments.flushed_where < end_offset:
+                if not self.segments.flush(0):
+                    return self.segments.flushed_where >= end_offset
+        return True
+
+    # -- reading --------------------------------------------------------------------------
+
+    def read(self, phys_offset: int, size: int) -> bytes | None:
+        """A copy of ``size`` bytes at ``phys_offset``, or None if they are not readable."""
+        segment = self.segments.find(phys_offset)
+        if segment is None or not segment.hold():
+            return None
+        try:
+            pos = phys_offset - segment.base_offset
+            if pos < 0 or pos + size > segment.wrote_position:
+                return None
+            return segment.read(pos, size)
+        finally:
+            segment.release()
+
+    def record_size_at(self, phys_offset: int) -> int | None:
+        """TOTALSIZE of the record at ``phys_offset`` (None if unreadable or blank)."""
+        head = self.read(phys_offset, SIZE_MAGIC.size)
+        if head is None:
+            return None
+        size, _magic = SIZE_MAGIC.unpack(head)
+        return size if size > 0 else None
+
+    def message_at(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
+        """Decode the record at ``phys_offset`` (spec 7.3), or None if it is not there."""
+        if size is None:
+            size = self.record_size_at(phys_offset)
+            if size is None:
+                return None
+        raw = self.read(phys_offset, size)
+        if raw is None:
+            return None
+        result = decode_dispatch(raw, 0, len(raw))
+        if not isinstance(result, DispatchRequest) or result.phys_offset != phys_offset:
+            return None
+        return decode_record(raw, 0)
+
+    def store_time_of(self, phys_offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at ``phys_offset``, or -1 (``pickupStoreTimestamp``)."""
+        if phys_offset < self.min_offset:
+            return -1
+        head = self.read(phys_offset, 64)
+        if head is None or len(head) < 64:
+            raw = self.read(phys_offset, size)
+            if raw is None:
+                return -1
+            head = raw
+        (sys_flag,) = INT32.unpack_from(head, SYSFLAG_POSITION)
+        (timestamp,) = INT64.unpack_from(head, store_timestamp_position(sys_flag))
+        return int(timestamp)
+
+    def iter_dispatch(
+        self, from_offset: int, end_offset: int, max_bytes: int, delay_levels_ms: Sequence[int]
+    ) -> Iterator[DispatchRequest | int]:
+        """Walk records from ``from_offset`` towards ``end_offset`` for reput (spec 6.1).
+
+        Yields each record's :class:`DispatchRequest`; the last item is always an ``int``:
+        the offset the walk reached, where the next walk starts. It stops at ``end_offset``,
+        after about ``max_bytes``, at a record not fully written yet, or at a corrupt record
+        with no size to skip (a torn tail: recovery's business). A blank record jumps to the
+        next segment; a corrupt record that states its size is skipped, as RocketMQ does.
+        """
+        offset = max(from_offset, self.min_offset)
+        budget_end = offset + max_bytes
+        while offset < end_offset and offset < budget_end:
+            segment = self.segments.find(offset)
+            if segment is None or not segment.hold():
+                break
+            base = segment.base_offset
+            pos = offset - base
+            to_next_segment = False
+            try:
+                limit = min(segment.wrote_position, end_offset - base)
+                stop = min(limit, budget_end - base)
+                buf = segment.buffer
+                while pos < stop:
+                    result = decode_dispatch(buf, pos, limit, delay_levels_ms=delay_levels_ms)
+                    if isinstance(result, DispatchRequest):
+                        yield result
+                        pos += result.size
+                    elif isinstance(result, Blank):
+                        to_next_segment = True
+                        break
+                    elif isinstance(result, Corrupt) and result.size > 0:
+                        pos += result.size
+                    else:  # NeedMore, or Corrupt with nothing to skip: wait for recovery
+                        break
+            finally:
+                segment.release()
+            if not to_next_segment:
+                offset = base + pos
+                break
+            offset = base + self.file_size
+        yield offset
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def segments_snapshot(self) -> tuple[MappedFile, ...]:
+        return self.segments.files
