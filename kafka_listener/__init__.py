@@ -1,0 +1,98 @@
+"""Cairn's Kafka wire-protocol listener: a sans-I/O codec (handlers and server come later).
+
+Modules, bottom up (each depends only on those above it):
+
+=================  =====================================================================
+``errors``         :class:`ErrorCode` (Kafka's int16 codes) and :func:`error_code_for`
+``primitives``     :class:`Reader` / :class:`Writer` for ints, varints, strings, arrays,
+                   tagged fields
+``structs``        declarative fields with version ranges, compiled per version
+``schemas``        one :class:`ApiSchema` per API, :data:`API_VERSIONS_TABLE`
+``messages``       ``encode_*`` / ``decode_*`` of bodies, headers and frames
+``framing``        :class:`FrameBuffer`: size-prefixed frames with a size guard
+``compression``    gzip / snappy (xerial and raw) / lz4 / zstd for record batches
+``records``        record batch v2: split, CRC-32C, decode, encode
+``connection``     :class:`KafkaServerConnection`: events in, ordered responses out
+=================  =====================================================================
+
+Messages are plain dicts (see ``structs``); records are :class:`Record` tuples. Every
+error the peer causes is a :class:`mqcore.errors.RemoteProtocolError` whose
+``error_code`` is the Kafka code to answer with (or to log before closing); misuse on
+our side is a :class:`mqcore.errors.LocalProtocolError`.
+"""
+
+from .compression import Compression
+from .connection import ConnectionClosed, Event, KafkaServerConnection, RequestReceived
+from .errors import MQERROR_TO_KAFKA, ErrorCode, error_code_for
+from .framing import DEFAULT_MAX_FRAME_BYTES, FrameBuffer
+from .messages import (
+    RequestHeader,
+    decode_request,
+    decode_request_header,
+    decode_response,
+    decode_response_frame,
+    encode_request,
+    encode_request_frame,
+    encode_request_header,
+    encode_response,
+    encode_response_header,
+)
+from .primitives import Reader, Writer
+from .records import (
+    BatchHeader,
+    RawBatch,
+    Record,
+    RecordBatch,
+    decode_batch,
+    decode_batches,
+    decode_records,
+    encode_batch,
+    patch_base_offset,
+    set_log_append_time,
+    split_batches,
+    verify_crc,
+)
+from .schemas import API_VERSIONS_TABLE, OPTIONAL_APIS, SCHEMAS, ApiKey, ApiSchema, schema_for
+
+__all__ = [
+    "API_VERSIONS_TABLE",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "MQERROR_TO_KAFKA",
+    "OPTIONAL_APIS",
+    "SCHEMAS",
+    "ApiKey",
+    "ApiSchema",
+    "BatchHeader",
+    "Compression",
+    "ConnectionClosed",
+    "ErrorCode",
+    "Event",
+    "FrameBuffer",
+    "KafkaServerConnection",
+    "RawBatch",
+    "Reader",
+    "Record",
+    "RecordBatch",
+    "RequestHeader",
+    "RequestReceived",
+    "Writer",
+    "decode_batch",
+    "decode_batches",
+    "decode_records",
+    "decode_request",
+    "decode_request_header",
+    "decode_response",
+    "decode_response_frame",
+    "encode_batch",
+    "encode_request",
+    "encode_request_frame",
+    "encode_request_header",
+    "encode_response",
+    "encode_response_header",
+    "error_code_for",
+    "patch_base_offset",
+    "schema_for",
+    "set_log_append_time",
+    "split_batches",
+    "verify_crc",
+]
