@@ -1,0 +1,476 @@
+"""One memory-mapped segment file: the unit under the CommitLog and the ConsumeQueue.
+
+A segment is named by the first offset it holds, 20 decimal digits (``f"{base:020d}"``,
+spec 0 and 2.2). It is created at its full size with ``ftruncate`` (sparse: unwritten pages
+read as zeros and cost no disk) and mapped read-write once; every later access goes through
+the mapping (RocketMQ ``DefaultMappedFile``).
+
+Positions (bytes from the start of the file)::
+
+    0                flushed_position          wrote_position                 file_size
+    |---- on disk ---------|---- in page cache -------|---- zeros (never written) ----|
+
+Invariants:
+    * ``0 <= flushed_position <= wrote_position <= file_size``.
+    * Bytes below ``wrote_position`` are complete: ``append`` copies the bytes into the
+      mapping *before* it moves ``wrote_position``, so a reader that bounds its read by the
+      position it observed never sees a half-written record or unit. (CPython assigns the int
+      atomically; the copy finishes under the GIL before the assignment.)
+    * ``flush`` msyncs only ``[flushed_position rounded down to a page, wrote_position)``.
+
+Lifetime (RocketMQ ``ReferenceResource``): a reader that keeps using the file across a
+possible cleanup calls ``hold()`` (False once the file is being closed) and ``release()``.
+``destroy``/``close`` mark the file unavailable; the mapping is closed when the last holder
+releases, or by a later ``destroy`` call once ``force_after_ms`` has passed since the first
+(``destroyMapedFileIntervalForcibly``, spec 6.4). Python refuses to close an mmap while a
+memoryview of it exists (``BufferError``), so ``view()`` holds a reference for the life of
+its ``with`` block and releases its memoryview on exit.
+
+``destroy`` unlinks the file name at once: on POSIX the inode and the mapped pages live on
+until the last unmap, so holders keep reading the old bytes, and the name is free for a new
+file (a truncated tail re-created by the writer can never be deleted by a late release).
+
+Crash behaviour: positions live only in memory. After a restart ``MappedFileQueue.load``
+marks every file full and recovery (CommitLog 5.6/5.7, ConsumeQueue 3.2) finds the real end
+by validating the content, then calls ``set_positions``. A crash while a file is being created
+leaves at worst a zero-length last file, which loading deletes (spec 2.2).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+from collections.abc import Buffer, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from mqcore.clock import Clock
+from mqcore.errors import SegmentFullError, StoreClosedError, StoreError, StoreNotWritableError
+
+log = logging.getLogger(__name__)
+
+#: RocketMQ counts dirty data in 4 KiB pages whatever the OS page size
+#: (``DefaultMappedFile.OS_PAGE_SIZE``, spec 6.2).
+FLUSH_PAGE_BYTES = 4096
+
+#: ``mmap.flush`` needs an offset aligned to the real page size (16 KiB on some arm64).
+_MSYNC_ALIGN_BYTES = mmap.PAGESIZE
+
+
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Make a created, renamed or deleted name in ``directory`` durable.
+
+    Raises:
+        OSError: the directory cannot be opened or synced.
+    """
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def parse_base_offset(name: str) -> int:
+    """The offset a segment file's decimal name stands for.
+
+    RocketMQ parses the name with ``Long.parseLong``; queues insist on 20 digits, the
+    IndexFile's 17-digit timestamp names parse here too.
+
+    Raises:
+        StoreError: the name is not plain ASCII decimal digits.
+    """
+    if not (name.isascii() and name.isdigit()):
+        raise StoreError(f"segment file name {name!r} is not a decimal offset")
+    return int(name)
+
+
+class MappedFile:
+    """A segment file mapped into memory.
+
+    Thread-safety: one writer thread (``append``, ``fill_to_end``, ``write_at``,
+    ``set_positions``) runs concurrently with any number of readers and one flusher.
+    ``hold``/``release``/``destroy``/``close`` are thread-safe (internal lock).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], file_size: int) -> None:
+        """Open ``path`` read-write, creating it (sparse) at ``file_size`` bytes if absent.
+
+        Positions start at 0; ``MappedFileQueue.load`` marks loaded files full.
+
+        Args:
+            path: the file; its name must be a decimal offset.
+            file_size: the segment size in bytes (> 0).
+
+        Raises:
+            StoreError: bad name, or an existing non-empty file of another size.
+            OSError: the file cannot be created or mapped.
+        """
+        if file_size <= 0:
+            raise ValueError(f"file_size must be > 0, got {file_size}")
+        self._setup(Path(path), file_size)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual == 0:
+                os.ftruncate(fd, file_size)  # sparse: no blocks until written
+            elif actual != file_size:
+                raise StoreError(
+                    f"{self.path}: length {actual} bytes, expected {file_size} (wrong segment size)"
+                )
+            self._mm: mmap.mmap | None = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)  # mmap keeps its own duplicate
+
+    @classmethod
+    def open_readonly(
+        cls, path: str | os.PathLike[str], file_size: int | None = None
+    ) -> MappedFile:
+        """Map an existing file with ``ACCESS_READ`` for tools that must never write.
+
+        The whole file is readable (positions = its length). Writes and ``destroy`` raise
+        ``StoreNotWritableError``; ``flush`` does nothing; ``close`` unmaps.
+
+        Args:
+            path: an existing segment file.
+            file_size: if given, the length the file must have.
+
+        Raises:
+            StoreError: bad name, empty file or wrong length.
+            OSError: the file cannot be opened.
+        """
+        self = cls.__new__(cls)
+        path = Path(path)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual == 0 or (file_size is not None and actual != file_size):
+                raise StoreError(f"{path}: length {actual} bytes, expected {file_size}")
+            self._setup(path, actual, readonly=True)
+            self._mm = mmap.mmap(fd, actual, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        self.set_positions(actual)
+        return self
+
+    def _setup(self, path: Path, file_size: int, *, readonly: bool = False) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.base_offset = parse_base_offset(path.name)
+        self.readonly = readonly
+        self.wrote_position = 0
+        self.flushed_position = 0
+        #: Store time of the last record written (set by the CommitLog writer; spec 5.1).
+        self.store_timestamp_ms = 0
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._available = True
+        self._shutdown_at_ms = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.path.name}, wrote={self.wrote_position}, "
+            f"flushed={self.flushed_position}, size={self.file_size})"
+        )
+
+    # -- positions --------------------------------------------------------------------------
+
+    @property
+    def is_full(self) -> bool:
+        """Whether ``wrote_position`` reached the end of the file."""
+        return self.wrote_position == self.file_size
+
+    @property
+    def remaining(self) -> int:
+        """Bytes still free after ``wrote_position``."""
+        return self.file_size - self.wrote_position
+
+    @property
+    def is_available(self) -> bool:
+        """False once ``destroy`` or ``close`` has been called."""
+        return self._available
+
+    @property
+    def last_modified_ms(self) -> int:
+        """The file's mtime in epoch ms (what RocketMQ ages files by, spec 6.4); 0 if gone."""
+        try:
+            return os.stat(self.path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return 0
+
+    def set_positions(self, pos: int) -> None:
+        """Set wrote and flushed positions to ``pos`` (recovery truncation, spec 5.6/5.8).
+
+        Bytes below ``pos`` are treated as flushed: recovery read them back from the file.
+        Writer thread only.
+        """
+        if not 0 <= pos <= self.file_size:
+            raise ValueError(f"position {pos} outside [0, {self.file_size}]")
+        self.wrote_position = pos
+        self.flushed_position = pos
+
+    # -- writing (writer thread only) -------------------------------------------------------
+
+    def _writable_map(self) -> mmap.mmap:
+        if self.readonly:
+            raise StoreNotWritableError(f"{self.path} is open read-only")
+        mm = self._mm
+        if mm is None:
+            raise StoreClosedError(f"{self.path} is closed")
+        return mm
+
+    def append(self, data: Buffer) -> int:
+        """Copy ``data`` at ``wrote_position``, then advance it.
+
+        Returns:
+            The position the data was written at.
+
+        Raises:
+            SegmentFullError: ``data`` does not fit in the remaining bytes (nothing written).
+            StoreNotWritableError: the file is open read-only.
+            StoreClosedError: the file was closed.
+        """
+        mm = self._writable_map()
+        src = memoryview(data).cast("B")
+        pos = self.wrote_position
+        end = pos + src.nbytes
+        if end > self.file_size:
+            raise SegmentFullError(
+                f"{self.path}: {src.nbytes} bytes do not fit at {pos} of {self.file_size}"
+            )
+        mm[pos:end] = src
+        self.wrote_position = end  # publish only after the bytes are in place
+        return pos
+
+    def fill_to_end(self, data: Buffer) -> int:
+        """Write ``data`` at ``wrote_position`` and claim the rest of the file.
+
+        This is the CommitLog's end-of-file blank record (spec 1.4): 8 bytes are written but
+        the record's TOTALSIZE covers the remainder, which is already zero.
+
+        Returns:
+            The position the data was written at.
+
+        Raises:
+            SegmentFullError, StoreNotWritableError, StoreClosedError: as ``append``.
+        """
+        pos = self.append(data)
+        self.wrote_position = self.file_size
+        return pos
+
+    def write_at(self, pos: int, data: Buffer) -> None:
+        """Copy ``data`` at ``pos`` without moving any position.
+
+        Raises:
+            ValueError: the range leaves the file.
+            StoreNotWritableError, StoreClosedError: as ``append``.
+        """
+        mm = self._writable_map()
+        src = memoryview(data).cast("B")
+        if pos < 0 or pos + src.nbytes > self.file_size:
+            raise ValueError(f"write of {src.nbytes} bytes at {pos} leaves {self.path}")
+        mm[pos : pos + src.nbytes] = src
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _check_read(self, pos: int, size: int) -> mmap.mmap:
+        mm = self._mm
+        if mm is None:
+            raise StoreClosedError(f"{self.path} is closed")
+        if pos < 0 or size < 0 or pos + size > self.wrote_position:
+            raise ValueError(
+                f"read [{pos}, {pos + size}) beyond wrote position {self.wrote_position} "
+                f"of {self.path}"
+            )
+        return mm
+
+    def read(self, pos: int, size: int) -> bytes:
+        """A copy of ``size`` bytes at ``pos`` (below ``wrote_position``). Thread-safe.
+
+        Raises:
+            ValueError: the range goes beyond ``wrote_position``.
+            StoreClosedError: the mapping was closed.
+        """
+        mm = self._check_read(pos, size)
+        try:
+            return mm[pos : pos + size]
+        except ValueError as exc:  # closed by a forced destroy between check and copy
+            raise StoreClosedError(f"{self.path} is closed") from exc
+
+    @contextmanager
+    def view(self, pos: int, size: int) -> Iterator[memoryview]:
+        """Yield a zero-copy memoryview of ``[pos, pos+size)``, holding the file meanwhile.
+
+        The view is released when the block exits; copy what must outlive it.
+
+        Raises:
+            StoreClosedError: the file is being destroyed or closed.
+            ValueError: the range goes beyond ``wrote_position``.
+        """
+        if not self.hold():
+            raise StoreClosedError(f"{self.path} is being destroyed")
+        try:
+            mm = self._check_read(pos, size)
+            with memoryview(mm) as whole:
+                part = whole[pos : pos + size]
+                try:
+                    yield part
+                finally:
+                    part.release()
+        finally:
+            self.release()
+
+    @property
+    def buffer(self) -> mmap.mmap:
+        """The mmap itself, for ``struct.unpack_from`` on hot paths.
+
+        Lifetime rule: use it only between a successful ``hold()`` and the matching
+        ``release()`` (or while the owning queue cannot destroy the file), bound every read
+        by a ``wrote_position`` observed before it, and never keep a memoryview of it:
+        ``unpack_from`` exports the buffer only for the duration of the call, a leftover
+        memoryview would make the eventual unmap fail. Use ``view()`` for views.
+
+        Raises:
+            StoreClosedError: the mapping was closed.
+        """
+        mm = self._mm
+        if mm is None:
+            raise StoreClosedError(f"{self.path} is closed")
+        return mm
+
+    # -- flushing ---------------------------------------------------------------------------
+
+    def is_flushable(self, least_pages: int) -> bool:
+        """Spec 6.2: full, or ≥ ``least_pages`` dirty 4 KiB pages, or any dirty byte if 0."""
+        write = self.wrote_position
+        flushed = self.flushed_position
+        if write == self.file_size:
+            return True
+        if least_pages > 0:
+            return write // FLUSH_PAGE_BYTES - flushed // FLUSH_PAGE_BYTES >= least_pages
+        return write > flushed
+
+    def flush(self, least_pages: int) -> int:
+        """msync the dirty range if the file is flushable (spec 6.2).
+
+        Only ``[flushed_position rounded down to a page, wrote_position)`` is synced, so a
+        sync group commit that calls this per batch pays for the pages it dirtied, not for
+        the whole 1 GiB mapping. One flusher at a time.
+
+        Returns:
+            The flushed position afterwards.
+
+        Raises:
+            OSError: msync failed (the flushed position does not move).
+        """
+        if self.readonly or not self.is_flushable(least_pages):
+            return self.flushed_position
+        if not self.hold():
+            # Being destroyed: nothing to keep durable (RocketMQ does the same).
+            self.flushed_position = self.wrote_position
+            return self.flushed_position
+        try:
+            write = self.wrote_position
+            flushed = self.flushed_position
+            if write > flushed:
+                start = flushed - flushed % _MSYNC_ALIGN_BYTES
+                mm = self._mm
+                if mm is not None:
+                    mm.flush(start, write - start)
+            self.flushed_position = write
+        finally:
+            self.release()
+        return self.flushed_position
+
+    # -- reference counting and teardown ----------------------------------------------------
+
+    def hold(self) -> bool:
+        """Take a reference; False if the file is being destroyed or closed. Thread-safe."""
+        with self._lock:
+            if not self._available:
+                return False
+            self._holders += 1
+            return True
+
+    def release(self) -> None:
+        """Drop a reference taken by ``hold``; the last one after ``close``/``destroy`` unmaps.
+
+        Thread-safe.
+
+        Raises:
+            StoreError: more releases than holds.
+        """
+        with self._lock:
+            if self._holders <= 0:
+                raise StoreError(f"{self.path}: release() without hold()")
+            self._holders -= 1
+            if self._holders == 0 and not self._available:
+                self._unmap_locked()
+
+    @property
+    def holders(self) -> int:
+        """References currently held (diagnostics)."""
+        return self._holders
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the mapping has been closed."""
+        return self._mm is None
+
+    def close(self) -> bool:
+        """Stop new holds and unmap once no holder is left (store shutdown). Thread-safe.
+
+        Returns:
+            True if the mapping is closed now, False if the last ``release`` will close it.
+        """
+        with self._lock:
+            self._available = False
+            if self._holders == 0:
+                self._unmap_locked()
+            return self._mm is None
+
+    def destroy(self, force_after_ms: int, clock: Clock) -> bool:
+        """Delete the file; unmap it once no holder is left. Thread-safe.
+
+        The first call marks the file unavailable and unlinks its name. The mapping closes
+        when the holder count reaches zero, or, if holders remain, on a call made at least
+        ``force_after_ms`` after the first one (RocketMQ's forced cleanup; holders then get
+        ``StoreClosedError``). A mapping still exported through a stray memoryview cannot be
+        closed; it is dropped and closed by the garbage collector with a warning.
+
+        Returns:
+            True if the mapping is closed, False if holders keep it open for now.
+
+        Raises:
+            StoreNotWritableError: the file is open read-only.
+        """
+        if self.readonly:
+            raise StoreNotWritableError(f"{self.path} is open read-only")
+        with self._lock:
+            now_ms = clock.now_ms()
+            if self._available:
+                self._available = False
+                self._shutdown_at_ms = now_ms
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
+            if self._mm is None:
+                return True
+            if self._holders > 0 and now_ms - self._shutdown_at_ms < force_after_ms:
+                return False
+            if self._holders > 0:
+                log.warning("%s: forcing unmap with %d holders", self.path, self._holders)
+            self._unmap_locked()
+            return True
+
+    def _unmap_locked(self) -> None:
+        mm = self._mm
+        if mm is None:
+            return
+        self._mm = None
+        try:
+            mm.close()
+        except BufferError:
+            log.warning("%s: a memoryview outlived its hold; unmap left to GC", self.path)
