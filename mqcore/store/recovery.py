@@ -205,15 +205,21 @@ def recover(
     last_exit_ok: bool,
     dispatch: Dispatch,
     index_dispatch: Dispatch,
+    readonly: bool = False,
 ) -> RecoveryReport:
-    """Passes 3 to 5 (the caller has loaded everything). Not thread-safe: run it alone."""
+    """Passes 3 to 5 (the caller has loaded everything). Not thread-safe: run it alone.
+
+    With ``readonly`` (tools, Spark), nothing is dispatched, rebuilt or deleted: the scan only
+    finds where valid data ends, and truncation sets the in-memory positions there.
+    """
     report = RecoveryReport(last_exit_ok=last_exit_ok)
     queues.recover_all()
     dispatched = queues.max_phys_offset()
     segments = commit_log.segments.files
     if not segments:
-        queues.destroy()
-        index.destroy_all()
+        if not readonly:
+            queues.destroy()
+            index.destroy_all()
         report.stop_reason = "empty CommitLog"
         return report
     start = choose_start_segment(
@@ -232,8 +238,11 @@ def recover(
         report=report,
     )
     report.end_offset = end
-    queues.truncate_dirty(end)
     commit_log.segments.truncate_dirty(end)
+    if readonly:
+        report.deleted_segments.clear()
+        return report
+    queues.truncate_dirty(end)
     rebuild_from = rebuild_index_tail(commit_log, index, end, report)
     if rebuild_from is not None:
         report.index_rebuilt_from = rebuild_from

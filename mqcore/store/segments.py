@@ -264,10 +264,17 @@ class MappedFileQueue:
         destroyed; earlier ones are left alone. ``flushed_where`` becomes ``offset``: the kept
         bytes were read back from the files. Writer thread, with the flusher stopped.
 
-        Raises:
-            StoreNotWritableError: the queue is read-only.
+        On a read-only queue nothing on disk changes: the positions are set in memory only
+        and later files stay mapped but hold nothing readable (positions 0), so tools see
+        the same end of data that recovery would keep.
         """
-        self._check_writable()
+        if self.readonly:
+            with self._lock:
+                for mapped in self._files:
+                    end = min(max(offset - mapped.base_offset, 0), self.file_size)
+                    mapped.set_positions(end)
+                self._flushed_where = offset
+            return
         with self._lock:
             kept: list[MappedFile] = []
             for mapped in self._files:

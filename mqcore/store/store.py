@@ -58,6 +58,10 @@ Listener = Callable[[DispatchRequest], None]
 DEFAULT_BORN_HOST = HostAddress("127.0.0.1", 0)
 
 
+def _ignore(request: DispatchRequest) -> None:
+    """Read-only opens dispatch nothing."""
+
+
 class MessageStore:
     """A RocketMQ-compatible store rooted at ``root``. Use ``open()``/``close()`` or ``with``.
 
@@ -134,9 +138,22 @@ class MessageStore:
         self.commit_log.load()
         self.queues.load()
         self.checkpoint = Checkpoint.load(self.root / "checkpoint")
-        self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
+        # A reader of a live store sees ``abort`` too; it must not skip the newest index files.
+        self.index.load(last_exit_ok or self.readonly, self.checkpoint.index_msg_timestamp)
         if self.readonly:
-            self.reput_offset = self.commit_log.max_offset
+            # Find the ends of data without changing a byte: the same pass recovery runs,
+            # with nothing dispatched and truncation done in memory only.
+            self.recovery = recover(
+                self.commit_log,
+                self.queues,
+                self.index,
+                self.checkpoint,
+                last_exit_ok=True,
+                dispatch=_ignore,
+                index_dispatch=_ignore,
+                readonly=True,
+            )
+            self.reput_offset = self.recovery.end_offset
             self._rebuild_queue_offsets()
             return
         self.recovery = recover(
