@@ -4,6 +4,8 @@ set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# Browser tests: Playwright drives Debian's chromium via executable_path.
+[ -x /usr/bin/chromium ] || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
