@@ -1,0 +1,61 @@
+"""Broker semantics over the store: send, pull with long polling, groups and offsets, tags,
+delay, retry and DLQ. Front ends use :class:`Broker` and the types in :mod:`.types`."""
+
+from mqcore.broker.broker import Broker, QueueRef
+from mqcore.broker.config import BrokerConfig
+from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
+from mqcore.broker.management import OffsetAt
+from mqcore.broker.tags import TagFilter, parse_tag_expression
+from mqcore.broker.types import (
+    BrokerStatus,
+    BrowsePage,
+    ConsumeState,
+    GroupConsumeStatus,
+    GroupInfo,
+    GroupLag,
+    MessageView,
+    OffsetResetPlan,
+    OutgoingMessage,
+    PullResult,
+    PullStatus,
+    QueueLag,
+    QueueStatus,
+    SendBackAction,
+    SendBackResult,
+    SendResult,
+    SendStatus,
+    TopicInfo,
+    TopicKind,
+    TopicStatus,
+)
+
+__all__ = [
+    "Broker",
+    "BrokerConfig",
+    "BrokerNotStartedError",
+    "BrokerStatus",
+    "BrowsePage",
+    "ConsumeState",
+    "GroupConsumeStatus",
+    "GroupInfo",
+    "GroupLag",
+    "MessageView",
+    "NoPermissionError",
+    "OffsetAt",
+    "OffsetResetPlan",
+    "OutgoingMessage",
+    "PullResult",
+    "PullStatus",
+    "QueueLag",
+    "QueueRef",
+    "QueueStatus",
+    "SendBackAction",
+    "SendBackResult",
+    "SendResult",
+    "SendStatus",
+    "TagFilter",
+    "TopicInfo",
+    "TopicKind",
+    "TopicStatus",
+    "parse_tag_expression",
+]

@@ -1,0 +1,174 @@
+"""Long polling: park a pull until a message for its queue is dispatched, or time runs out.
+
+The broker registers :meth:`ArrivalNotifier.on_dispatch` as a store listener once. Waiters
+register under the ``(topic, queue_id)`` keys they care about (one for a pull, several for a
+Kafka fetch); when reput dispatches a record for one of those keys, the notifier fires them:
+a ``threading.Event`` for blocking callers, an ``asyncio.Event`` set through
+``loop.call_soon_threadsafe`` for coroutines, so the event loop is never blocked.
+
+No lost wake-ups: a waiter registers *before* it re-checks its queues, and reput writes the
+ConsumeQueue unit *before* it calls the listeners. So either the listener sees the waiter
+(and fires it) or the waiter's re-check sees the unit.
+
+A waiter also re-checks every ``recheck_s`` on its own, so that records dispatched by another
+process (reput run by Celery, whose notifications this process does not hear) are found
+within that interval. Timeouts are real time: a long poll blocks a real thread or task, so
+a FakeClock could never end it.
+
+Thread-safety: every method may be called from any thread; ``on_dispatch`` runs on the reput
+thread and costs one dict lookup when nobody waits on the record's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from mqcore.store.format import DispatchRequest
+
+QueueKey = tuple[str, int]
+
+
+class _Waiter:
+    """One parked caller: a threading.Event, or an asyncio.Event of a given loop."""
+
+    __slots__ = ("thread_event", "loop", "async_event")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.loop = loop
+        self.thread_event = threading.Event() if loop is None else None
+        self.async_event = asyncio.Event() if loop is not None else None
+
+    def fire(self) -> None:
+        if self.thread_event is not None:
+            self.thread_event.set()
+        elif self.loop is not None and self.async_event is not None:
+            try:
+                self.loop.call_soon_threadsafe(self.async_event.set)
+            except RuntimeError:  # the loop is closed: its waiter is gone with it
+                pass
+
+
+class ArrivalNotifier:
+    """Waiters keyed by ``(topic, queue_id)``, fired when a record for that queue arrives."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[QueueKey, set[_Waiter]] = {}
+        self._closed = False
+
+    # -- notifications ------------------------------------------------------------------------
+
+    def on_dispatch(self, request: DispatchRequest) -> None:
+        """Store listener: wake whoever waits on the record's queue. Never raises."""
+        self.notify(request.topic, request.queue_id)
+
+    def notify(self, topic: str, queue_id: int) -> None:
+        """Wake the waiters of one queue (also for arrivals learned from elsewhere, e.g. a
+        Redis pub/sub message from a Celery reput)."""
+        key = (topic, queue_id)
+        if key not in self._waiters:  # unlocked fast path; see the module docstring
+            return
+        with self._lock:
+            waiters = tuple(self._waiters.get(key, ()))
+        for waiter in waiters:
+            waiter.fire()
+
+    def close(self) -> None:
+        """Wake every waiter for good (broker stopping); later waits return at once."""
+        with self._lock:
+            self._closed = True
+            waiters = {w for group in self._waiters.values() for w in group}
+        for waiter in waiters:
+            waiter.fire()
+
+    def reopen(self) -> None:
+        with self._lock:
+            self._closed = False
+
+    @property
+    def waiting(self) -> int:
+        """How many distinct waiters are parked (for status pages and tests)."""
+        with self._lock:
+            return len({w for group in self._waiters.values() for w in group})
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait(
+        self,
+        keys: Iterable[QueueKey],
+        ready: Callable[[], bool],
+        timeout_s: float,
+        recheck_s: float,
+    ) -> bool:
+        """Block until ``ready()`` is true or ``timeout_s`` passes.
+
+        Args:
+            keys: the queues whose arrivals may make ``ready()`` true.
+            ready: cheap check of the condition (reads in-memory queue offsets).
+            timeout_s: the longest wait.
+            recheck_s: re-check at least this often without a notification.
+
+        Returns:
+            The last value of ``ready()``.
+        """
+        waiter = _Waiter()
+        event = waiter.thread_event
+        assert event is not None
+        self._register(keys, waiter)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if ready():
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    return False
+                event.wait(min(remaining, recheck_s))
+                event.clear()
+        finally:
+            self._unregister(waiter)
+
+    async def wait_async(
+        self,
+        keys: Iterable[QueueKey],
+        ready: Callable[[], bool],
+        timeout_s: float,
+        recheck_s: float,
+    ) -> bool:
+        """:meth:`wait` for coroutines: awaits without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop)
+        event = waiter.async_event
+        assert event is not None
+        self._register(keys, waiter)
+        try:
+            deadline = loop.time() + timeout_s
+            while True:
+                if ready():
+                    return True
+                remaining = deadline - loop.time()
+                if remaining <= 0 or self._closed:
+                    return False
+                try:
+                    await asyncio.wait_for(event.wait(), min(remaining, recheck_s))
+                except TimeoutError:
+                    pass
+                event.clear()
+        finally:
+            self._unregister(waiter)
+
+    def _register(self, keys: Iterable[QueueKey], waiter: _Waiter) -> None:
+        with self._lock:
+            for key in keys:
+                self._waiters.setdefault(key, set()).add(waiter)
+
+    def _unregister(self, waiter: _Waiter) -> None:
+        with self._lock:
+            for key in [k for k, group in self._waiters.items() if waiter in group]:
+                group = self._waiters[key]
+                group.discard(waiter)
+                if not group:
+                    del self._waiters[key]
