@@ -1,0 +1,197 @@
+"""``spark.read.format("cairn").load(store_dir)``: a PySpark Python Data Source over CommitLog files.
+
+Reads the segment files directly and read-only (no ``MessageStore``, no ``<store>/lock``), so it
+works on a live store or a copy. One partition per segment, or per ``maxPartitionBytes`` slice
+of a large one (``segments.plan_ranges``); each partition yields Arrow record batches decoded by
+``columnar.decode_chunk``. The schema is :data:`pipeline.schema.SPARK_DDL`.
+
+Options (all optional)::
+
+    topics            comma-separated topic names (also ``topic``)
+    beginTimestamp    store_timestamp >= this (epoch ms)
+    endTimestamp      store_timestamp <= this (epoch ms)
+    startOffset       phys_offset >= this; segments wholly below are not opened
+    endOffset         phys_offset < this
+    maxPartitionBytes split segments larger than this (default 256 MiB)
+    verifyCrc         tail (default) | all | none: body CRCs checked on the segments a live
+                      broker may be appending to, on all, or on none
+    chunkBytes        bytes read per Arrow batch (default 16 MiB)
+
+Pushed-down filters (Spark SQL ``WHERE``), applied while decoding and so not re-evaluated by
+Spark: ``topic = / IN``, and ``= < <= > >=`` on ``store_timestamp`` and ``phys_offset``.
+Bounds on ``phys_offset`` also prune whole segments at planning time. Filters on
+``store_time`` are left to Spark (compare ``store_timestamp`` in ms to push them down).
+
+A session from :func:`pipeline.session.get_session` has the source registered and
+``spark.sql.python.filterPushdown.enabled`` on; Spark refuses a reader with ``pushFilters``
+when that flag is off, so another session must set it before reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import StructType
+
+from pipeline.schema import SPARK_DDL
+
+__all__ = ["CairnDataSource", "CairnReader", "SegmentPartition"]
+
+
+class SegmentPartition(InputPartition):
+    """One :class:`~pipeline.segments.ScanRange` (picklable, sent to an executor)."""
+
+    def __init__(self, scan_range: Any) -> None:
+        super().__init__(scan_range)
+
+
+def _int_option(options: dict[str, str], name: str) -> int | None:
+    raw = options.get(name) or options.get(name.lower())
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"option {name}: expected an integer, got {raw!r}") from None
+
+
+class CairnDataSource(DataSource):
+    """The ``cairn`` format: rows of CommitLog messages (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "cairn"
+
+    def schema(self) -> str:
+        return SPARK_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return CairnReader(dict(self.options))
+
+
+class CairnReader(DataSourceReader):
+    """Plans segment partitions on the driver and decodes them on executors."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.store_dir = options.get("path") or options.get("store")
+        if not self.store_dir:
+            raise ValueError(
+                'cairn: give the store directory: spark.read.format("cairn").load(dir)'
+            )
+        topics = options.get("topics") or options.get("topic")
+        self.topics: set[str] | None = (
+            {t.strip() for t in topics.split(",") if t.strip()} if topics else None
+        )
+        self.begin_ms = _int_option(options, "beginTimestamp")
+        self.end_ms = _int_option(options, "endTimestamp")
+        self.min_phys = _int_option(options, "startOffset")
+        self.max_phys = _int_option(options, "endOffset")
+        self.max_partition_bytes = _int_option(options, "maxPartitionBytes")
+        self.chunk_bytes = _int_option(options, "chunkBytes")
+        self.verify_crc = (options.get("verifyCrc") or options.get("verifycrc") or "tail").lower()
+
+    # -- push-down ------------------------------------------------------------------------------
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 (Spark's name)
+        for f in filters:
+            if not self._push(f):
+                yield f
+
+    def _push(self, f: Filter) -> bool:
+        column = f.attribute[0] if len(f.attribute) == 1 else None
+        if column == "topic":
+            if isinstance(f, IsNotNull):
+                return True  # every row has a topic
+            if isinstance(f, EqualTo) and isinstance(f.value, str):
+                values = {f.value}
+            elif isinstance(f, In) and all(isinstance(v, str) for v in f.value):
+                values = set(f.value)
+            else:
+                return False
+            self.topics = values if self.topics is None else self.topics & values
+            return True
+        value = getattr(f, "value", None)
+        if column not in ("store_timestamp", "phys_offset"):
+            return False
+        if not isinstance(value, int) or isinstance(value, bool):
+            return False
+        low, high = _as_range(f)
+        if low is None and high is None:
+            return False
+        if column == "store_timestamp":  # inclusive both ends
+            self.begin_ms = _max(self.begin_ms, low)
+            self.end_ms = _min(self.end_ms, high)
+        else:  # [min_phys, max_phys)
+            self.min_phys = _max(self.min_phys, low)
+            self.max_phys = _min(self.max_phys, None if high is None else high + 1)
+        return True
+
+    # -- planning (driver) and reading (executors) ---------------------------------------------
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from pipeline.segments import DEFAULT_MAX_PARTITION_BYTES, list_segments, plan_ranges
+
+        ranges = plan_ranges(
+            list_segments(self.store_dir),
+            start_offset=self.min_phys or 0,
+            end_offset=self.max_phys,
+            max_partition_bytes=self.max_partition_bytes or DEFAULT_MAX_PARTITION_BYTES,
+            verify_crc=self.verify_crc,
+        )
+        return [SegmentPartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from pipeline.columnar import Bounds
+        from pipeline.scan import scan_range
+        from pipeline.segments import DEFAULT_CHUNK_BYTES
+
+        bounds = Bounds(
+            topics=frozenset(self.topics) if self.topics is not None else None,
+            begin_ms=self.begin_ms,
+            end_ms=self.end_ms,
+            min_phys=self.min_phys,
+            max_phys=self.max_phys,
+        )
+        for batch in scan_range(
+            partition.value, bounds, chunk_bytes=self.chunk_bytes or DEFAULT_CHUNK_BYTES
+        ):
+            if batch.num_rows:
+                yield batch
+
+
+def _as_range(f: Filter) -> tuple[int | None, int | None]:
+    """Inclusive (low, high) of a comparison with an integer."""
+    v = f.value
+    if isinstance(f, EqualTo):
+        return v, v
+    if isinstance(f, GreaterThan):
+        return v + 1, None
+    if isinstance(f, GreaterThanOrEqual):
+        return v, None
+    if isinstance(f, LessThan):
+        return None, v - 1
+    if isinstance(f, LessThanOrEqual):
+        return None, v
+    return None, None
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
