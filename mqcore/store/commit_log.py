@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from mqcore.clock import Clock
 from mqcore.errors import MessageIllegalError
@@ -42,7 +43,7 @@ from mqcore.store.format import (
     decode_dispatch,
     decode_record,
     encode_blank,
-    encode_record,
+    encode_record_parts,
 )
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
@@ -80,9 +81,9 @@ class PendingRecord:
     takes_queue_offset: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """Where one record went."""
+class Appended(NamedTuple):
+    """Where one record went. (A NamedTuple: built once per record under the put lock, in
+    ~0.15 us against ~0.6 us for a frozen dataclass.)"""
 
     phys_offset: int
     queue_offset: int
@@ -171,34 +172,33 @@ class CommitLog:
             segment = self.segments.last_or_create(0)
         store_timestamp = self.clock.now_ms()
         phys_offset = segment.base_offset + segment.wrote_position
+        # The records' pieces go into one list, joined once (encode_record_parts).
         parts: list[bytes] = []
         appended: list[Appended] = []
         offsets = self.queue_offsets
+        # Queue offsets are taken here and committed to the table only once the bytes are in
+        # the segment: a record that fails to encode must not leave a gap in its queue.
+        advanced: dict[tuple[str, int], int] = {}
+        store_host = self.store_host
         for r in batch:
             key = (r.topic, r.queue_id)
-            queue_offset = offsets.get(key, 0) if r.takes_queue_offset else 0
-            record = encode_record(
-                topic=r.topic,
-                queue_id=r.queue_id,
-                flag=r.flag,
-                queue_offset=queue_offset,
-                phys_offset=phys_offset,
-                sys_flag=r.sys_flag,
-                born_timestamp=r.born_timestamp,
-                born_host=r.born_host,
-                store_timestamp=store_timestamp,
-                store_host=self.store_host,
-                reconsume_times=r.reconsume_times,
-                prepared_transaction_offset=r.prepared_transaction_offset,
-                body=r.body,
-                properties=r.properties,
-            )
-            parts.append(record)
-            appended.append(Appended(phys_offset, queue_offset, store_timestamp, len(record)))
-            phys_offset += len(record)
             if r.takes_queue_offset:
-                offsets[key] = queue_offset + 1
-        segment.append(parts[0] if len(parts) == 1 else b"".join(parts))
+                queue_offset = advanced.get(key)
+                if queue_offset is None:
+                    queue_offset = offsets.get(key, 0)
+            else:
+                queue_offset = 0
+            size = encode_record_parts(
+                parts, r.topic, r.queue_id, r.flag, queue_offset, phys_offset, r.sys_flag,
+                r.born_timestamp, r.born_host, store_timestamp, store_host, r.reconsume_times,
+                r.prepared_transaction_offset, r.body, r.properties,
+            )  # fmt: skip
+            appended.append(Appended(phys_offset, queue_offset, store_timestamp, size))
+            phys_offset += size
+            if r.takes_queue_offset:
+                advanced[key] = queue_offset + 1
+        segment.append(b"".join(parts))
+        offsets.update(advanced)
         segment.store_timestamp_ms = store_timestamp
         return appended
 

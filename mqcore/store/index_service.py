@@ -35,17 +35,22 @@ unmapped only after the last reader is done with it.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Final, Protocol
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import StoreError, StoreNotWritableError
-from mqcore.store.hashing import java_string_hash
+from mqcore.store.hashing import (
+    index_hash_with_prefix,
+    index_hashes_with_prefix,
+    java_string_hash,
+)
 from mqcore.store.index_file import IndexFile
 
 __all__ = [
@@ -54,6 +59,7 @@ __all__ = [
     "MAX_QUERY_COUNT",
     "TRANSACTION_ROLLBACK_TYPE",
     "IndexService",
+    "Indexable",
     "QueryResult",
     "file_name_for",
 ]
@@ -62,14 +68,15 @@ DEFAULT_HASH_SLOTS: Final = 5_000_000  # maxHashSlotNum
 DEFAULT_MAX_ENTRIES: Final = 20_000_000  # maxIndexNum
 MAX_QUERY_COUNT: Final = 64  # maxMsgsNumBatch
 TRANSACTION_ROLLBACK_TYPE: Final = 0xC  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+_ROLLBACK: Final = TRANSACTION_ROLLBACK_TYPE
 KEY_SEPARATOR: Final = " "  # MessageConst.KEY_SEPARATOR
 _NAME_DIGITS: Final = 17
 _NAME_FORMAT: Final = "%Y%m%d%H%M%S"
 
 _MASK32: Final = 0xFFFFFFFF
-_INT_MIN_BITS: Final = 0x80000000
-_POW31: Final = [pow(31, n, 1 << 32) for n in range(1024)]
 _PREFIX_CACHE_LIMIT: Final = 10_000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,19 +104,22 @@ def _is_index_name(name: str) -> bool:
     return len(name) == _NAME_DIGITS and name.isdigit() and name.isascii()
 
 
-def _index_hash_with_prefix(prefix_hash: int, key: str) -> int:
-    """``index_key_hash(prefix + key)`` given the unsigned 32-bit Java hash of ``prefix``.
+class Indexable(Protocol):
+    """What :meth:`IndexService.build_index_many` reads from each message
+    (``format.DispatchRequest`` has these attributes)."""
 
-    Java's hash is a polynomial in 31, so hash(p + k) = hash(p) * 31**len16(k) + hash(k)
-    (mod 2**32), len16 counting UTF-16 code units. Saves rehashing ``topic#`` on every key.
-    """
-    units = len(key) if key.isascii() else len(key.encode("utf-16-le", "surrogatepass")) >> 1
-    power = _POW31[units] if units < 1024 else pow(31, units, 1 << 32)
-    h = (prefix_hash * power + java_string_hash(key)) & _MASK32
-    # Math.abs on the signed value; abs(Integer.MIN_VALUE) stays negative and becomes 0.
-    if h < _INT_MIN_BITS:
-        return h
-    return 0 if h == _INT_MIN_BITS else (1 << 32) - h
+    @property
+    def topic(self) -> str: ...
+    @property
+    def phys_offset(self) -> int: ...
+    @property
+    def store_timestamp(self) -> int: ...
+    @property
+    def uniq_key(self) -> str | None: ...
+    @property
+    def keys(self) -> str | None: ...
+    @property
+    def sys_flag(self) -> int: ...
 
 
 class IndexService:
@@ -187,6 +197,15 @@ class IndexService:
             names = []
         loaded: list[IndexFile] = []
         dropped: list[str] = []
+        if names and os.path.getsize(os.path.join(self._dir, names[-1])) == 0:
+            # A crash inside IndexFile.create, between creating the file and sizing it,
+            # leaves an empty newest file: it held nothing, so it goes (as spec 2.2 does
+            # for an empty last CommitLog segment). A reader only skips it.
+            name = names.pop()
+            if not self._readonly:
+                log.warning("%s: deleting empty index file left by a crash", name)
+                os.unlink(os.path.join(self._dir, name))
+            dropped.append(name)
         try:
             for name in names:
                 f = IndexFile.open(
@@ -296,18 +315,89 @@ class IndexService:
             prefix_hash = self._cache_prefix(topic)
         written = 0
         if uniq_key is not None:
-            key_hash = _index_hash_with_prefix(prefix_hash, uniq_key)
+            key_hash = index_hash_with_prefix(prefix_hash, uniq_key)
             if not f.put_key_hash(key_hash, phys_offset, store_timestamp):
                 f = self._put_rolling(key_hash, phys_offset, store_timestamp)
             written += 1
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
-                    key_hash = _index_hash_with_prefix(prefix_hash, key)
+                    key_hash = index_hash_with_prefix(prefix_hash, key)
                     if not f.put_key_hash(key_hash, phys_offset, store_timestamp):
                         f = self._put_rolling(key_hash, phys_offset, store_timestamp)
                     written += 1
         return written
+
+    def build_index_many(self, messages: Sequence[Indexable]) -> int:
+        """:meth:`build_index` for each message, in order, with the same resulting files.
+
+        The keys of the whole run are hashed first, then written with
+        :meth:`IndexFile.put_entries` (one header write per file touched). A file that fills
+        up is rolled exactly where the one-by-one calls would roll it: at the next key, or at
+        the next message when it filled on a message's last key. ``messages`` must be in
+        CommitLog order (reput's), which is what makes the dedupe floor below equivalent to
+        :meth:`build_index`'s per-message check.
+
+        Returns:
+            The number of keys written.
+
+        Raises:
+            StoreNotWritableError, OSError: as :meth:`build_index`.
+
+        Writer thread only.
+        """
+        if not messages:
+            return 0
+        files = self._files
+        f = files[-1] if files else None
+        if f is None or f.is_full:
+            f = self._writable_file()
+        floor = f.end_phys_offset  # phys offsets grow along ``messages`` (see above)
+        prefix_hashes = self._prefix_hashes
+        keys_flat: list[str] = []
+        prefixes: list[int] = []
+        phys_offsets: list[int] = []
+        timestamps: list[int] = []
+        for m in messages:
+            phys_offset = m.phys_offset
+            if phys_offset < floor or m.sys_flag & _ROLLBACK == _ROLLBACK:
+                continue
+            # The keys build_index writes: UNIQ_KEY if present (even empty), then each
+            # non-empty element of KEYS.
+            uniq_key = m.uniq_key
+            keys = m.keys
+            if keys:
+                candidates = keys.split(KEY_SEPARATOR)
+                if "" in candidates:
+                    candidates = [key for key in candidates if key]
+                if uniq_key is not None:
+                    candidates.insert(0, uniq_key)
+            elif uniq_key is not None:
+                candidates = [uniq_key]
+            else:
+                continue
+            topic = m.topic
+            prefix_hash = prefix_hashes.get(topic)
+            if prefix_hash is None:
+                prefix_hash = self._cache_prefix(topic)
+            count = len(candidates)
+            keys_flat += candidates
+            prefixes += [prefix_hash] * count
+            phys_offsets += [phys_offset] * count
+            timestamps += [m.store_timestamp] * count
+        hashes = index_hashes_with_prefix(prefixes, keys_flat)
+        done = 0
+        while done < len(hashes):
+            written = f.put_entries(hashes, phys_offsets, timestamps, done)
+            if written == 0:  # only a full file refuses, and full files are rolled
+                raise StoreError(f"{f.path}: a new index file refused its first key")
+            done += written
+            if done < len(hashes):
+                f = self._writable_file()
+        # build_index rolls at the start of the call after the one that filled the file.
+        if f.is_full and f.end_phys_offset != messages[-1].phys_offset:
+            self._writable_file()
+        return len(hashes)
 
     def _cache_prefix(self, topic: str) -> int:
         if len(self._prefix_hashes) >= _PREFIX_CACHE_LIMIT:
@@ -386,7 +476,7 @@ class IndexService:
         newest = files[-1]
         last_timestamp = newest.end_timestamp
         last_phys_offset = newest.end_phys_offset
-        key_hash = _index_hash_with_prefix(java_string_hash(topic + "#") & _MASK32, key)
+        key_hash = index_hash_with_prefix(java_string_hash(topic + "#") & _MASK32, key)
         offsets: list[int] = []
         for f in reversed(files):
             if f.is_time_matched(begin_ms, end_ms):

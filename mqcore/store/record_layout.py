@@ -1,6 +1,7 @@
 """CommitLog record layout: magic codes, SYSFLAG bits, Structs and the length formula (spec 1.1-1.4).
 
-``mqcore.store.format`` re-exports everything public here; import from there.
+``mqcore.store.format`` re-exports everything public here; import from there. The end of the
+module keeps the writer's cached encodings of hosts and topics (``TOPIC_FIELDS``, ``HOST_BYTES``).
 
 Record layout, all integers big-endian and signed (offsets for V1 with IPv4 born and store
 hosts; an IPv6 born host adds 12 to every offset from STORETIMESTAMP on, an IPv6 store host
@@ -55,7 +56,9 @@ from __future__ import annotations
 
 import struct
 
-from mqcore.store.msgid import IPV4_HOST_SIZE, IPV6_HOST_SIZE
+from mqcore.errors import MessageIllegalError
+from mqcore.store.msgid import IPV4_HOST_SIZE, IPV6_HOST_SIZE, HostAddress, encode_host
+from mqcore.store.properties import MAX_PROPERTIES_BYTES
 
 # --- magic codes and constants (spec 1.1) ------------------------------------------------------
 
@@ -240,3 +243,73 @@ def record_size(
     """
     fixed = (FIXED_SIZES_V2 if v2 else FIXED_SIZES_V1)[(sys_flag >> 4) & 3]
     return fixed + body_length + topic_length + properties_length
+
+
+# --- the writer's cached encodings of hosts and topics -------------------------------------------
+#
+# encode_record_parts (format.py) looks hosts and topics up here before encoding them: a broker
+# sees a handful of each. Bounded: past the limit, new ones are encoded on every call instead.
+# Only successful encodings are cached, so errors are raised every time, as before.
+
+_CACHE_LIMIT = 4096
+HOST_BYTES: dict[HostAddress, bytes] = {}
+"""``msgid.encode_host(host)`` by host."""
+TOPIC_FIELDS: dict[str, tuple[bytes, int, tuple[int, ...]]] = {}
+"""topic -> (TOPICLENGTH + TOPIC bytes, MAGICCODE, fixed sizes by host variant without the
+TOPICLENGTH width): ``total = fixed[variant] + body + len(field) + properties``."""
+_V1_TOPIC_LENGTH_BYTES = tuple(bytes((n,)) for n in range(V1_MAX_TOPIC_BYTES + 1))
+
+
+def cache_host_bytes(host: HostAddress) -> bytes:
+    """``encode_host(host)``, remembered in :data:`HOST_BYTES`.
+
+    Raises:
+        ValidationError: as ``encode_host``.
+    """
+    encoded = encode_host(host)
+    if len(HOST_BYTES) < _CACHE_LIMIT:
+        HOST_BYTES[host] = encoded
+    return encoded
+
+
+def cache_topic_field(topic: str, properties_length: int) -> tuple[bytes, int, tuple[int, ...]]:
+    """The :data:`TOPIC_FIELDS` entry of ``topic``, remembered, after ``encode_record``'s
+    checks of the topic and of the properties length, in its order (encode the topic, check
+    the properties length, check the topic length).
+
+    Raises:
+        MessageIllegalError: topic not encodable or over 32767 bytes, properties over 32767.
+    """
+    try:
+        topic_bytes = topic.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MessageIllegalError("topic", "utf8", "topic: must be valid Unicode text") from None
+    if properties_length > MAX_PROPERTIES_BYTES:
+        raise MessageIllegalError(
+            "properties",
+            "max_size",
+            f"properties: must be at most {MAX_PROPERTIES_BYTES} bytes encoded"
+            f" (got {properties_length})",
+        )
+    topic_length = len(topic_bytes)
+    if topic_length <= V1_MAX_TOPIC_BYTES:
+        field = (
+            _V1_TOPIC_LENGTH_BYTES[topic_length] + topic_bytes,
+            MESSAGE_MAGIC_CODE,
+            tuple(size - TOPIC_LENGTH_V1.size for size in FIXED_SIZES_V1),
+        )
+    elif topic_length <= V2_MAX_TOPIC_BYTES:
+        field = (
+            TOPIC_LENGTH_V2.pack(topic_length) + topic_bytes,
+            MESSAGE_MAGIC_CODE_V2,
+            tuple(size - TOPIC_LENGTH_V2.size for size in FIXED_SIZES_V2),
+        )
+    else:
+        raise MessageIllegalError(
+            "topic",
+            "max_length",
+            f"topic: must be at most {V2_MAX_TOPIC_BYTES} bytes as UTF-8 (got {topic_length})",
+        )
+    if len(TOPIC_FIELDS) < _CACHE_LIMIT:
+        TOPIC_FIELDS[topic] = field
+    return field

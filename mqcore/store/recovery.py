@@ -14,7 +14,8 @@ The passes, in order (as Kafka's ``LogLoader.load`` comments them):
    after a crash) are dispatched again; the ConsumeQueue and IndexFile writes skip what
    they already hold, so that is idempotent.
 5. Truncate the torn tail: the CommitLog ends after the last valid record; ConsumeQueue
-   units and index files that point at or past it are cut and rebuilt from the log.
+   units and index files that point at or past it are cut and rebuilt from the log. The cut
+   bytes are zeroed, so that no later scan can read them back.
 6. The caller rebuilds the in-memory queue offset table and corrects queue min offsets.
 
 Crash behaviour: recovery itself only truncates what it found invalid and rewrites derived
@@ -24,12 +25,14 @@ files; killed halfway, the next start simply recovers again from the same inputs
 from __future__ import annotations
 
 import logging
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.commit_log import CommitLog
-from mqcore.store.consume_queue import ConsumeQueueStore
+from mqcore.store.consume_queue import ConsumeQueue
+from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.format import (
     Blank,
     Corrupt,
@@ -119,6 +122,56 @@ def _nonzero_tail(segment: MappedFile, pos: int) -> int:
     return 0
 
 
+def _stop_reason(result: object, offset: int, report: RecoveryReport) -> str:
+    """Why the scan stopped at ``offset``. A bad CRC or magic is ``Corrupt`` with size 0,
+    like a zero-filled tail: the non-zero bytes after ``offset`` tell them apart."""
+    if not report.dropped_bytes:
+        return f"end of written data at {offset}"
+    if isinstance(result, NeedMore):
+        return f"record at {offset} runs past its segment"
+    detail = result.detail if isinstance(result, Corrupt) else "unreadable"
+    return f"corrupt record at {offset}: {detail}"
+
+
+def _zero(segment: MappedFile, pos: int, length: int) -> None:
+    """Overwrite ``length`` bytes at ``pos`` with zeros and msync them."""
+    if length <= 0:
+        return
+    chunk = 1 << 20
+    for start in range(pos, pos + length, chunk):
+        segment.write_at(start, bytes(min(chunk, pos + length - start)))
+    aligned = pos - pos % mmap.PAGESIZE
+    segment.buffer.flush(aligned, pos + length - aligned)
+
+
+def zero_dropped_tails(
+    commit_log: CommitLog, end_offset: int, queue_ends: dict[ConsumeQueue, int]
+) -> None:
+    """Zero what truncation dropped, in the CommitLog and in the ConsumeQueues.
+
+    Truncation only moves positions; the dropped bytes would stay on disk behind them.
+    Later writes overwrite them only partly, and the next recovery reads on to the first
+    invalid record or unit: dropped ConsumeQueue units would come back (pointing at
+    whatever the new records are), and a dropped record that happens to start where the
+    new records end would be dispatched again. Zeros end both scans where they should.
+
+    Args:
+        end_offset: the new end of the CommitLog.
+        queue_ends: each queue's end (byte offset) before it was truncated.
+    """
+    segment = commit_log.segments.find(end_offset)
+    if segment is not None:
+        pos = end_offset - segment.base_offset
+        _zero(segment, pos, _nonzero_tail(segment, pos))
+    for queue, old_end in queue_ends.items():
+        last = queue.segments.last()
+        if last is None:
+            continue
+        start = last.wrote_position
+        stop = min(old_end - last.base_offset, last.file_size)
+        _zero(last, start, stop - start)
+
+
 def scan_commit_log(
     commit_log: CommitLog,
     start_index: int,
@@ -156,21 +209,28 @@ def scan_commit_log(
             segment = segments[index]
             pos = 0
         else:
-            if isinstance(result, Corrupt) and result.size > 0:
-                report.stop_reason = (
-                    f"corrupt record at {segment.base_offset + pos}: {result.detail}"
-                )
-            elif isinstance(result, NeedMore):
-                report.stop_reason = f"record at {segment.base_offset + pos} runs past its segment"
-            else:
-                report.stop_reason = "end of written data"
+            report.dropped_bytes = _nonzero_tail(segment, pos)
+            report.stop_reason = _stop_reason(result, segment.base_offset + pos, report)
             break
     end_offset = segment.base_offset + pos
-    report.dropped_bytes = _nonzero_tail(segment, pos)
     for later in segments[index + 1 :]:
         report.dropped_bytes += _nonzero_tail(later, 0)
         report.deleted_segments.append(later.path.name)
     return end_offset
+
+
+def drop_headless_index_file(index: IndexService, report: RecoveryReport) -> None:
+    """Drop an empty newest index file whose header was lost to a crash.
+
+    A new file starts with the previous file's end values (spec 4.6); killed between sizing
+    the file and writing that header, it holds zeros instead. Its end phys offset 0 would
+    turn off ``build_index``'s dedupe, so the rescan would index every record again. It holds
+    no entry: dropping it costs nothing, and the next put creates it properly.
+    """
+    files = index.files
+    if len(files) >= 2 and files[-1].index_count <= 1:
+        if files[-1].end_phys_offset < files[-2].end_phys_offset:
+            report.index_files_dropped.extend(index.drop_newest(1))
 
 
 def rebuild_index_tail(
@@ -182,17 +242,21 @@ def rebuild_index_tail(
     skipped), so entries that point into a truncated tail would make new messages at those
     offsets unfindable. Such files are dropped and rebuilt from the CommitLog.
     """
+    files = index.files
     rebuild_from: int | None = None
-    for f in reversed(index.files):
-        if f.end_phys_offset < end_offset and f.index_count > 1:
-            break
+    keep = len(files)
+    for i in range(len(files) - 1, -1, -1):
+        f = files[i]
         if f.index_count <= 1:
-            continue
+            continue  # empty (the scan's first put may have just created it): goes if newer
+        if f.end_phys_offset < end_offset:
+            break
         rebuild_from = f.begin_phys_offset
-        report.index_files_dropped.append(f.name)
+        keep = i
     if rebuild_from is None:
         return None
-    index.drop_newest(len(report.index_files_dropped))
+    # Everything from the oldest file to rebuild on, empty newer files included.
+    report.index_files_dropped.extend(index.drop_newest(len(files) - keep))
     return rebuild_from
 
 
@@ -214,6 +278,8 @@ def recover(
     """
     report = RecoveryReport(last_exit_ok=last_exit_ok)
     queues.recover_all()
+    if not readonly:
+        drop_headless_index_file(index, report)
     dispatched = queues.max_phys_offset()
     segments = commit_log.segments.files
     if not segments:
@@ -242,7 +308,17 @@ def recover(
     if readonly:
         report.deleted_segments.clear()
         return report
+    queue_ends = {
+        queue: queue.segments.max_offset
+        for topic in queues.topics()
+        for queue in queues.queues(topic).values()
+    }
     queues.truncate_dirty(end)
+    zero_dropped_tails(
+        commit_log,
+        end,
+        {q: old for q, old in queue_ends.items() if q.segments.max_offset < old},
+    )
     rebuild_from = rebuild_index_tail(commit_log, index, end, report)
     if rebuild_from is not None:
         report.index_rebuilt_from = rebuild_from

@@ -413,6 +413,84 @@ class MappedFileQueue:
             lambda mapped: mapped.base_offset + size <= offset, force_after_ms=force_after_ms
         )
 
+    # -- follower (another process writes or cleans these files) ---------------------------
+
+    def sync_files(self, *, front: bool = True, end: bool = True) -> bool:
+        """Follow what another process did to the directory (Celery mode).
+
+        ``front``: files at the front whose name has gone (deleted by a cleanup in another
+        process) are closed, unmapped at their last release, and dropped; nothing is
+        deleted here. ``end``: files following the last one (``base + file_size``, or any
+        file if none is loaded) that exist at their full length are mapped, with positions
+        0: the caller knows how far they are written. A file still being created (shorter)
+        is left for the next call. One follower thread; concurrent readers are safe.
+
+        Returns:
+            Whether the file list changed.
+        """
+        with self._lock:
+            files = list(self._files)
+            changed = False
+            while front and files and not files[0].path.exists():
+                files.pop(0).close()
+                changed = True
+            if end:
+                added = self._map_following_locked(files)
+                changed = changed or bool(added)
+                files.extend(added)
+            if changed:
+                self._files = tuple(files)
+            return changed
+
+    def _map_following_locked(self, files: list[MappedFile]) -> list[MappedFile]:
+        if files:
+            next_base: int | None = files[-1].base_offset + self.file_size
+        elif self.directory.is_dir():
+            names = sorted(
+                entry.name
+                for entry in self.directory.iterdir()
+                if _SEGMENT_NAME.fullmatch(entry.name)
+            )
+            next_base = int(names[0]) if names else None
+        else:
+            next_base = None
+        added: list[MappedFile] = []
+        while next_base is not None:
+            path = self.directory / f"{next_base:020d}"
+            try:
+                if path.stat().st_size != self.file_size:
+                    break  # still being created
+                if self.readonly:
+                    mapped = MappedFile.open_readonly(path, self.file_size)
+                else:
+                    mapped = MappedFile(path, self.file_size)
+            except FileNotFoundError:
+                break
+            mapped.set_positions(0)
+            added.append(mapped)
+            next_base += self.file_size
+        return added
+
+    def follow_end(self, end_offset: int) -> None:
+        """Positions from an end offset another process published (the CommitLog as a
+        service process sees it): files wholly below are full, the file holding it is
+        written up to it, later ones are empty. Positions never move back here. Follower.
+        """
+        for mapped in reversed(self._files):  # newest first: stop at the first full one
+            if mapped.wrote_position == self.file_size:
+                break
+            pos = min(max(end_offset - mapped.base_offset, 0), self.file_size)
+            if pos > mapped.wrote_position:
+                mapped.wrote_position = pos
+
+    def reset_last_for_follow(self) -> None:
+        """After ``load`` (which marks every file full), mark the last file empty so that a
+        follower scans it for what is really written. Startup of a follower only."""
+        last = self.last()
+        if last is not None:
+            last.set_positions(0)
+            self._flushed_where = last.base_offset
+
     # -- shutdown ---------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import random
 import threading
@@ -19,10 +20,10 @@ from mqcore.store.consume_queue import (
     DEFAULT_FILE_SIZE_BYTES,
     Boundary,
     ConsumeQueue,
-    ConsumeQueueStore,
     Unit,
     round_file_size,
 )
+from mqcore.store.consume_queue_store import ConsumeQueueStore
 
 UNITS_PER_FILE = 100
 FILE_SIZE = UNITS_PER_FILE * CQ_UNIT_SIZE
@@ -403,3 +404,84 @@ def test_store_clean_expired_and_delete(store: ConsumeQueueStore) -> None:
     assert store.delete_topic("T") is False
     assert store.topics() == []
     assert not (store.directory / "T").exists()
+
+
+# --- put_many (reput's batch path) ---------------------------------------------------------------
+
+
+def queue_bytes(queue: ConsumeQueue) -> list[tuple[str, bytes]]:
+    return [(m.path.name, m.read(0, m.wrote_position)) for m in queue.segments.files]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_put_many_equals_one_by_one(
+    tmp_path: Path, seed: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    rng = random.Random(seed)
+    start = rng.choice([0, 0, 3, 250])  # 3 and 250: the queue starts late (blank pre-fill)
+    units: list[tuple[int, int, int, int]] = []
+    offset = start
+    for _ in range(rng.randrange(1, 400)):
+        kind = rng.random()
+        if kind < 0.05 and units:  # re-dispatch of an earlier record: skipped
+            units.append(rng.choice(units))
+            continue
+        if kind < 0.08:  # a gap in queue offsets: logged, appended at the end
+            offset += rng.randrange(1, 5)
+        units.append((offset * REC, REC, rng.randrange(-(2**31), 2**31), offset))
+        offset += 1
+    one = ConsumeQueue(tmp_path / "one", "T", 0, FILE_SIZE, clock=FakeClock())
+    many = ConsumeQueue(tmp_path / "many", "T", 0, FILE_SIZE, clock=FakeClock())
+    with caplog.at_level(logging.INFO):
+        written_one = sum(one.put(*unit) for unit in units)
+        logs_one = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        written_many = 0
+        rest = units
+        while rest:
+            step = rng.randrange(1, 150)
+            written_many += many.put_many(rest[:step])
+            rest = rest[step:]
+        logs_many = [r.getMessage() for r in caplog.records]
+    assert written_many == written_one
+    assert logs_many == logs_one
+    assert queue_bytes(many) == queue_bytes(one)
+    assert (many.min_offset, many.max_offset, many.max_phys_offset) == (
+        one.min_offset,
+        one.max_offset,
+        one.max_phys_offset,
+    )
+    one.close()
+    many.close()
+
+
+def test_store_put_many_groups_by_queue(tmp_path: Path) -> None:
+    @dataclasses.dataclass
+    class Rec:
+        topic: str
+        queue_id: int
+        phys_offset: int
+        size: int
+        tags_code: int
+        queue_offset: int
+
+    next_offsets: dict[tuple[str, int], int] = {}
+    records = []
+    for i in range(300):
+        key = (random.Random(i).choice(["A", "B"]), i % 3)
+        records.append(Rec(*key, i * REC, REC, i, next_offsets.get(key, 0)))
+        next_offsets[key] = next_offsets.get(key, 0) + 1
+    one = ConsumeQueueStore(tmp_path / "one", file_size_bytes=FILE_SIZE)
+    many = ConsumeQueueStore(tmp_path / "many", file_size_bytes=FILE_SIZE)
+    for r in records:
+        one.find_or_create(r.topic, r.queue_id).put(
+            r.phys_offset, r.size, r.tags_code, r.queue_offset
+        )
+    assert many.put_many(records[:120]) + many.put_many(records[120:]) == 300
+    for topic in ("A", "B"):
+        for queue_id in range(3):
+            a, b = one.get(topic, queue_id), many.get(topic, queue_id)
+            assert a is not None and b is not None
+            assert queue_bytes(b) == queue_bytes(a)
+    one.close()
+    many.close()

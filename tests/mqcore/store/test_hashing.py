@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import random
+import sys
 import zlib
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqcore.store.hashing import index_key_hash, java_string_hash, masked_crc32, tag_code
+from mqcore.store.hashing import (
+    ascii_hash_u32,
+    index_hash_with_prefix,
+    index_hashes_with_prefix,
+    index_key_hash,
+    java_hash_u32,
+    java_string_hash,
+    masked_crc32,
+    tag_code,
+)
 
 
 def reference_hash(s: str) -> int:
@@ -85,3 +96,92 @@ def test_masked_crc32_vectors() -> None:
     assert masked_crc32(b"") == 0
     assert masked_crc32(memoryview(b"123456789")) == 1274296614
     assert masked_crc32(bytearray(b"123456789")) == 1274296614
+
+
+# --- fast paths: ASCII base-31 conversion, batched index hashes ------------------------------
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=700))
+def test_ascii_fast_path_matches_reference(text: str) -> None:
+    assert java_string_hash(text) == reference_hash(text)
+    assert ascii_hash_u32(text.encode("ascii")) == reference_hash(text) & 0xFFFFFFFF
+    assert java_hash_u32(text) == reference_hash(text) & 0xFFFFFFFF
+
+
+def test_ascii_lengths_around_loop_and_chunk_limits() -> None:
+    rng = random.Random(7)
+    for length in [*range(0, 20), 255, 256, 257, 511, 512, 513, 640, 641, 5000]:
+        text = "".join(chr(rng.randrange(128)) for _ in range(length))
+        assert java_string_hash(text) == reference_hash(text), length
+    assert java_string_hash("\x7f" * 300) == reference_hash("\x7f" * 300)  # largest digits
+
+
+def test_ascii_path_ignores_int_max_str_digits() -> None:
+    text = "x" * 5000
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)  # the lowest limit CPython accepts
+    try:
+        assert java_string_hash(text) == reference_hash(text)
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def _min_value_key(prefix: str) -> str:
+    """A 7-unit key with hash(prefix + key) == Integer.MIN_VALUE (index hash 0)."""
+    rest = (2**31 - (reference_hash(prefix) & 0xFFFFFFFF) * 31**7) % 2**32
+    units = []
+    for power in range(6, -1, -1):
+        unit, rest = divmod(rest, 31**power)
+        units.append(unit)
+    return "".join(map(chr, units))
+
+
+def test_index_hashes_with_prefix_match_one_by_one() -> None:
+    rng = random.Random(11)
+    topics = ["TopicTest", "t", "Orders-%RETRY%", "标签"]
+    alphabet = [chr(c) for c in range(128)] + ["é", "标", "😀", "\ud800"]
+    for trial in range(60):
+        count = rng.choice([0, 1, 5, 47, 48, 49, 200, 700])
+        common = rng.choice([0, 1, 7, 16, 32, 100, 256, 257])
+        prefixes: list[int] = []
+        keys: list[str] = []
+        full: list[str] = []
+        for _ in range(count):
+            topic = rng.choice(topics)
+            if rng.random() < 0.75:
+                key = "".join(chr(rng.randrange(128)) for _ in range(common))
+            else:
+                key = "".join(rng.choice(alphabet) for _ in range(rng.randrange(40)))
+            prefixes.append(reference_hash(topic + "#") & 0xFFFFFFFF)
+            keys.append(key)
+            full.append(f"{topic}#{key}")
+        expected = [index_key_hash(k) for k in full]
+        assert index_hashes_with_prefix(prefixes, keys) == expected, trial
+        assert [index_hash_with_prefix(p, k) for p, k in zip(prefixes, keys, strict=True)] == (
+            expected
+        )
+
+
+def test_index_hashes_min_value_and_single_topic_group() -> None:
+    key = _min_value_key("TopicTest#")
+    assert reference_hash("TopicTest#" + key) == -(2**31)
+    prefix = reference_hash("TopicTest#") & 0xFFFFFFFF
+    keys = [key] * 60 + ["A" * 7] * 60  # two lane groups, one of them all Integer.MIN_VALUE
+    hashes = index_hashes_with_prefix([prefix] * len(keys), keys)
+    assert hashes[:60] == [0] * 60
+    assert hashes[60:] == [index_key_hash("TopicTest#" + "A" * 7)] * 60
+    assert index_hash_with_prefix(prefix, key) == 0
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["T", "TopicTest", "x" * 40]), st.text(max_size=50)),
+        max_size=120,
+    )
+)
+def test_index_hashes_with_prefix_hypothesis(pairs: list[tuple[str, str]]) -> None:
+    prefixes = [java_string_hash(t + "#") & 0xFFFFFFFF for t, _ in pairs]
+    keys = [k for _, k in pairs]
+    assert index_hashes_with_prefix(prefixes, keys) == [
+        index_key_hash(f"{t}#{k}") for t, k in pairs
+    ]

@@ -457,3 +457,62 @@ def test_concurrent_readers_never_see_foreign_or_partial_entries(tmp_path: Path)
     assert errors == []
     assert f.select_phys_offsets(keys[0], 10_000, 0, 2**62) == list(range(5995, -1, -5))
     f.close()
+
+
+# ---------------------------------------------------------------- put_entries (reput's batch path)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_put_entries_writes_the_bytes_of_one_by_one_puts(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    slots, entries = rng.choice([(1, 30), (7, 40), (13, 25)])
+    prev = rng.choice([(0, 0), (5_000, T0 - 3_000)])  # fresh, or rolled after a full file
+    one = IndexFile.create(str(tmp_path / "one"), slots, entries,
+                           prev_end_phys_offset=prev[0], prev_end_timestamp=prev[1])  # fmt: skip
+    many = IndexFile.create(str(tmp_path / "many"), slots, entries,
+                            prev_end_phys_offset=prev[0], prev_end_timestamp=prev[1])  # fmt: skip
+    count = rng.randrange(entries + 10)
+    hashes = [rng.choice([0, 2**31 - 1, rng.randrange(2**31)]) for _ in range(count)]
+    phys = sorted(rng.randrange(10_000, 10**9) for _ in range(count))
+    times = [
+        T0 + rng.choice([0, 0, 1_500, rng.randrange(-10_000, 5 * 10**12)]) for _ in range(count)
+    ]
+    if prev[1] and count:
+        times[0] = prev[1] + 4_000  # the first entry then resets begin within a run of equals
+        times[1:2] = times[:1] * len(times[1:2])
+    written_one = 0
+    for h, p, t in zip(hashes, phys, times, strict=True):
+        if not one.put_key_hash(h, p, t):
+            break
+        written_one += 1
+    written_many = 0
+    start = 0
+    while start < count:  # in a few slices, as reput hands them over
+        step = rng.randrange(1, 12)
+        stop = min(count, start + step)
+        done = many.put_entries(hashes[:stop], phys[:stop], times[:stop], start)
+        written_many += done
+        if done < stop - start:
+            break
+        start = stop
+    assert written_many == written_one == min(count, entries - 1)
+    assert many.put_entries(hashes, phys, times, count) == 0
+    for attr in ("index_count", "hash_slot_count", "begin_timestamp", "end_timestamp",
+                 "begin_phys_offset", "end_phys_offset"):  # fmt: skip
+        assert getattr(many, attr) == getattr(one, attr), attr
+    one.flush()
+    many.flush()
+    assert raw(Path(many.path)) == raw(Path(one.path))
+    one.close()
+    many.close()
+
+
+def test_put_entries_read_only_and_closed(tmp_path: Path) -> None:
+    f = new_file(tmp_path)
+    f.close()
+    with pytest.raises(StoreClosedError):
+        f.put_entries([1], [2], [T0])
+    ro = IndexFile.open(f.path, 7, 50, readonly=True)
+    with pytest.raises(StoreNotWritableError):
+        ro.put_entries([1], [2], [T0])
+    ro.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import random
 import threading
 import time
 from pathlib import Path
@@ -443,4 +445,87 @@ def test_queries_while_writer_rolls_and_cleanup_deletes(tmp_path: Path, clock: F
     assert errors == []
     assert svc.query("T", "even", 3, *ALL).phys_offsets == [998, 996, 994]
     assert svc.check() == []
+    svc.close()
+
+
+# ---------------------------------------------------------------- build_index_many (reput's path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Msg:
+    topic: str
+    phys_offset: int
+    store_timestamp: int
+    uniq_key: str | None
+    keys: str | None
+    sys_flag: int
+
+
+def random_messages(rng: random.Random, count: int) -> list[Msg]:
+    keys = [None, "", "a", " a b  c ", "order-1", "标签 😀", "k" * 40, "x y"]
+    uniqs = [None, "", "C0A8000130391B6D35860A1B2C3D0001", "UNIQ1"]
+    out = []
+    phys = 0
+    for i in range(count):
+        phys += rng.randrange(1, 500)
+        out.append(
+            Msg(
+                rng.choice(["TopicTest", "t", "标签"]),
+                phys,
+                T0 + i * rng.randrange(0, 3000),
+                rng.choice(uniqs) if rng.random() < 0.5 else f"{i:032X}",
+                rng.choice(keys) if rng.random() < 0.6 else f"ORDER-{i:08d}",
+                rng.choice([0, 0, 0, 0x4, 0x8, 0xC, 0x1]),
+            )
+        )
+    return out
+
+
+def file_bytes(svc: IndexService) -> list[tuple[str, bytes]]:
+    out = []
+    for f in svc.files:
+        f.flush()
+        out.append((f.name, Path(f.path).read_bytes()))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_build_index_many_equals_one_by_one(tmp_path: Path, clock: FakeClock, seed: int) -> None:
+    rng = random.Random(seed)
+    entries = rng.choice([2, 5, 9, 60])
+    filled_a: list[int] = []
+    filled_b: list[int] = []
+    a = service(tmp_path / "a", clock, entries=entries, on_file_filled=filled_a.append)
+    b = service(tmp_path / "b", clock, entries=entries, on_file_filled=filled_b.append)
+    messages = random_messages(rng, rng.randrange(1, 60))
+    head = rng.randrange(len(messages))  # indexed one by one in both, then replayed from
+    replay = rng.randrange(head + 1)  # an earlier message: dedupe below end_phys_offset
+    for m in messages[:head]:
+        a.build_index(m.topic, m.phys_offset, m.store_timestamp, m.uniq_key, m.keys, m.sys_flag)
+        b.build_index(m.topic, m.phys_offset, m.store_timestamp, m.uniq_key, m.keys, m.sys_flag)
+    written_a = sum(
+        a.build_index(m.topic, m.phys_offset, m.store_timestamp, m.uniq_key, m.keys, m.sys_flag)
+        for m in messages[replay:]
+    )
+    written_b = 0
+    rest = messages[replay:]
+    while rest:
+        step = rng.randrange(1, 40)
+        written_b += b.build_index_many(rest[:step])
+        rest = rest[step:]
+    assert written_b == written_a
+    assert file_bytes(b) == file_bytes(a)
+    assert filled_b == filled_a
+    a.close()
+    b.close()
+
+
+def test_build_index_many_without_messages_creates_nothing(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    svc = service(tmp_path, clock)
+    assert svc.build_index_many([]) == 0
+    assert svc.files == []
+    assert svc.build_index_many([Msg("T", 0, T0, None, None, 0)]) == 0
+    assert [f.name for f in svc.files] == [local_name(T0)]  # as build_index does
     svc.close()

@@ -120,3 +120,55 @@ def test_split_keys() -> None:
     assert split_keys("k1") == ("k1",)
     assert split_keys("k1 k2  k3 ") == ("k1", "k2", "k3")
     assert split_keys(" ") == ()
+
+
+# --- encode_message_properties: the put path's dict-free encoder ------------------------------
+
+
+def _encode_via_dict(tags: str | None, keys: str, delay_level: int, uniq: str) -> bytes:
+    """What the store did before the fast path: Message.all_properties() + UNIQ_KEY."""
+    props: dict[str, str] = {}
+    if tags:
+        props["TAGS"] = tags
+    if keys:
+        props["KEYS"] = keys
+    if delay_level > 0:
+        props["DELAY"] = str(delay_level)
+    props["UNIQ_KEY"] = uniq
+    return encode_properties(props)
+
+
+def _outcome(fn: object, *args: object) -> object:
+    try:
+        return fn(*args)  # type: ignore[operator]
+    except MessageIllegalError as exc:
+        return (type(exc), exc.field, exc.rule, str(exc))
+
+
+def test_message_properties_match_the_dict_encoding() -> None:
+    cases = [
+        ("TagA", "order-1 order-2", 3, "C0A8000130391B6D35860A1B2C3D0001"),
+        (None, "", 0, "U"),
+        ("", "k", -1, "U"),
+        ("标签", "ключ", 18, "😀"),
+        ("a\x01b", "k\x01", 0, "U"),  # \x01 is allowed inside values
+        ("a\x02b", "k", 0, "U"),  # \x02 is not: the same error as encode_properties
+        ("t", "k\x02", 2, "U"),
+        ("t", "k", 0, "U\x02"),
+        ("\ud800", "k", 0, "U"),  # lone surrogate: not encodable
+    ]
+    for case in cases:
+        assert _outcome(P.encode_message_properties, *case) == _outcome(_encode_via_dict, *case)
+
+
+@given(
+    st.one_of(st.none(), st.text(max_size=20)),
+    st.text(max_size=30),
+    st.integers(-2, 20),
+    st.text(max_size=40),
+)
+def test_message_properties_hypothesis(
+    tags: str | None, keys: str, delay_level: int, uniq: str
+) -> None:
+    args = (tags, keys, delay_level, uniq)
+    assert _outcome(P.encode_message_properties, *args) == _outcome(_encode_via_dict, *args)
