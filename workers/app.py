@@ -1,25 +1,80 @@
+"""The Celery app: the store's background services on workers (``CAIRN_SERVICES=celery``).
+
+Run a worker with its beat scheduler on the host that owns the store directory (the tasks
+map the store's files)::
+
+    CAIRN_STORE_DIR=... CAIRN_REDIS_URL=redis://host:6379/0 celery -A workers worker -B
+
+Keep at least two pool slots (the default is one per CPU): ``cairn.reput`` occupies one for
+as long as it holds the reput lease. One beat is enough; more are harmless (a second copy
+of a task finds the service's lock taken and returns ``skipped``).
+"""
+
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+
+from workers import settings
+
+_services = settings.services()
+_store = settings.store_config(settings.store_dir())
 
 
 def redis_url() -> str:
-    return os.environ.get("CAIRN_REDIS_URL", "").strip() or "redis://127.0.0.1:6379/0"
+    return settings.redis_url()
 
 
-app = Celery("cairn")
+app = Celery("cairn", include=["workers.tasks"])
 app.conf.update(
     broker_url=redis_url(),
     result_backend=redis_url(),
     task_acks_late=True,
+    task_reject_on_worker_lost=True,
     task_serializer="json",
     result_serializer="json",
     accept_content=["json"],
+    result_expires=600,
+    # Long tasks (reput's lease) must not hold back prefetched ones.
+    worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
+    beat_schedule_filename=os.environ.get("CAIRN_BEAT_SCHEDULE_FILE", "").strip()
+    or str(settings.store_dir() / "services" / "celerybeat-schedule"),
+    beat_schedule={
+        # Starts reput if no worker holds it (a running lease makes these return "skipped").
+        "cairn-reput": {
+            "task": "cairn.reput",
+            "schedule": _services.reput_ensure_s,
+            "options": {"expires": _services.reput_ensure_s},
+        },
+        "cairn-flush": {
+            "task": "cairn.flush",
+            "schedule": _store.flush_interval_commitlog_ms / 1000,
+            "options": {"expires": max(1.0, _store.flush_interval_commitlog_ms / 1000)},
+        },
+        "cairn-cleanup": {
+            "task": "cairn.cleanup",
+            "schedule": _store.clean_resource_interval_ms / 1000,
+            "options": {"expires": _store.clean_resource_interval_ms / 1000},
+        },
+        # Resumes a side index build whose task died; idle otherwise.
+        "cairn-index": {
+            "task": "cairn.index_build",
+            "schedule": 30.0,
+            "options": {"expires": 30.0},
+        },
+    },
 )
+
+
+@signals.beat_init.connect
+@signals.beat_embedded_init.connect
+def _make_schedule_dir(**_kwargs: Any) -> None:
+    Path(app.conf.beat_schedule_filename).parent.mkdir(parents=True, exist_ok=True)
 
 
 @app.task(name="cairn.ping")

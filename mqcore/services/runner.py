@@ -68,6 +68,10 @@ class ServiceLoop:
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Run the step now instead of at the end of the idle wait (thread-safe)."""
+        self._wake.set()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
@@ -100,3 +104,41 @@ class ServiceLoop:
             if result.progressed:
                 continue
             self._wake.wait(self.interval_s)
+
+
+def run_lease(
+    step: Callable[[], StepResult],
+    *,
+    duration_s: float,
+    poll_s: float,
+    max_idle_s: float,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_result: Callable[[StepResult], None] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> StepResult | None:
+    """Call ``step`` for ``duration_s`` on the caller's thread (a Celery worker's reput task).
+
+    While steps progress they run back to back; when idle the wait starts at ``poll_s``
+    (RocketMQ's reput sleeps 1 ms) and doubles every 256 idle steps up to ``max_idle_s``, so
+    an idle store costs little and a new message waits at most ``max_idle_s``. A ``skipped``
+    step (another runner has the service) ends the lease at once. Errors propagate.
+
+    Returns:
+        The last result, or None if ``should_stop`` was true from the start.
+    """
+    deadline = monotonic() + duration_s
+    last: StepResult | None = None
+    idle = 0
+    while not should_stop() and monotonic() < deadline:
+        last = step()
+        if on_result is not None:
+            on_result(last)
+        if last.status == "skipped":
+            break
+        if last.progressed:
+            idle = 0
+            continue
+        idle += 1
+        sleep(min(max_idle_s, poll_s * 2 ** ((idle - 1) // 256)))
+    return last

@@ -5,6 +5,7 @@ from mqcore.message import Message
 from mqcore.services import flush
 from mqcore.services.flush import FlushState
 from mqcore.store import MessageStore, StoreConfig
+from mqcore.store.checkpoint import Checkpoint
 
 CFG = StoreConfig(
     commitlog_file_size=1024 * 1024,
@@ -78,3 +79,77 @@ def test_sync_flush_put_returns_flushed(tmp_path: Path) -> None:
             r = store.put_message(Message("T", b"y" * 500))
             assert r.ok
             assert store.commit_log.flushed_offset >= r.phys_offset + r.wrote_bytes, i
+
+
+def test_worker_flushes_the_brokers_commitlog_and_owns_the_checkpoint(tmp_path: Path) -> None:
+    """Celery mode: the worker maps the CommitLog read-only and fdatasyncs what the broker
+    wrote, with the same page thresholds; it writes the checkpoint from published times."""
+    from mqcore.services import reput
+    from mqcore.store.progress import Slot
+
+    clock = FakeClock(now_ms=1_800_000_000_000)
+    broker = MessageStore(tmp_path, CFG, role="broker", clock=clock).open()
+    worker = MessageStore(tmp_path, CFG, role="services", clock=clock).open()
+    flusher = MessageStore(tmp_path, CFG, role="services", clock=clock).open()
+    progress = broker.progress
+    assert progress is not None
+    state = FlushState()
+    try:
+        assert flush.step(broker, state, clock).status == "skipped"  # not the broker's job
+        flush.step(flusher, state, clock)  # first pass: thorough
+        write(broker, 6_000)  # about 1.5 pages
+        clock.advance(500)
+        result = flush.step(flusher, state, clock)
+        assert not result.detail["commitlog_flushed"]
+        assert progress.get(Slot.SERVICES_FLUSHED_OFFSET) == 0
+
+        write(broker, 20_000)  # past 4 dirty pages
+        while reput.step(worker).progressed:
+            pass
+        clock.advance(500)
+        result = flush.step(flusher, state, clock)
+        assert result.detail["commitlog_flushed"]
+        end = broker.commit_log.max_offset
+        assert progress.get(Slot.SERVICES_FLUSHED_OFFSET) == end == result.detail["flushed_offset"]
+
+        checkpoint = Checkpoint.load(tmp_path / "checkpoint")
+        # The last record was stored after the first advance.
+        assert checkpoint.logics_msg_timestamp == 1_800_000_000_500
+        assert checkpoint.physic_msg_timestamp == 1_800_000_000_500
+
+        write(broker, 1_000)
+        clock.advance(10_000)  # thorough: whatever the page count
+        while reput.step(worker).progressed:
+            pass
+        assert flush.step(flusher, state, clock).detail["commitlog_flushed"]
+        assert progress.get(Slot.SERVICES_FLUSHED_OFFSET) == broker.commit_log.max_offset
+        clock.advance(60_000)  # the ConsumeQueues' thorough interval (spec 6.3)
+        flush.step(flusher, state, clock)
+        # The thorough pass fdatasync'ed the worker's read-only views of the queues.
+        queue_files = [m for q in flusher.queues.queues("T").values() for m in q.segments.files]
+        assert queue_files and all(m.flushed_position == m.wrote_position > 0 for m in queue_files)
+    finally:
+        flusher.close()
+        reput.release(worker)
+        worker.close()
+        broker.close()
+
+
+def test_consume_queues_flush_on_their_own_interval(tmp_path: Path) -> None:
+    clock = FakeClock()
+    state = FlushState()
+    with MessageStore(tmp_path, CFG, clock=clock) as store:
+        calls: list[int] = []
+        original = store.queues.flush_all
+
+        def counting(least_pages: int) -> bool:
+            calls.append(least_pages)
+            return original(least_pages)
+
+        store.queues.flush_all = counting  # type: ignore[method-assign]
+        flush.step(store, state, clock)
+        clock.advance(500)
+        flush.step(store, state, clock)
+        clock.advance(500)
+        flush.step(store, state, clock)
+        assert calls == [0, 2]  # 1 s apart; the first pass is thorough

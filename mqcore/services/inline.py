@@ -1,0 +1,151 @@
+"""What the broker process runs, per ``CAIRN_SERVICES``, and what it reports about services.
+
+``inline`` (default): the store opens ``standalone`` and every service runs on a
+:class:`ServiceLoop` thread in the broker (reput woken by each append, flush, cleanup, and
+index building when a rebuild is pending). ``celery``: the store opens ``broker``, the
+workers run the services, and the broker runs only the *follow* loop, which catches its
+view of the derived files up with the workers' (``follow.py``); a Redis subscriber
+(``workers.events``) calls :meth:`ServiceLoop.wake` on it when a worker reports progress.
+Never both for one store: a standalone store holds the services' locks while it is open.
+
+The runtime's part (``cairn/runtime.py``)::
+
+    store = MessageStore(root, config, role=inline.store_role(mode))
+    store.open()
+    loops = inline.build_service_loops(store, services=services_config)
+    for loop in loops: loop.start()
+    health["services"] = inline.services_status(store, loops)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqcore.clock import Clock, SystemClock
+from mqcore.services import cleanup, flush, follow, index_build, reput, status
+from mqcore.services.cleanup import CleanupState
+from mqcore.services.config import Mode, ServicesConfig
+from mqcore.services.disk import DiskProbe, usage_ratio
+from mqcore.services.flush import FlushState
+from mqcore.services.runner import ServiceLoop
+from mqcore.store.progress import Slot
+from mqcore.store.roles import Role
+from mqcore.store.store import MessageStore
+
+
+def store_role(mode: Mode | str) -> Role:
+    """The ``MessageStore`` role for a ``CAIRN_SERVICES`` value.
+
+    Raises:
+        ValueError: not ``inline`` or ``celery``.
+    """
+    if mode == "inline":
+        return "standalone"
+    if mode == "celery":
+        return "broker"
+    raise ValueError(f"CAIRN_SERVICES must be inline or celery, got {mode!r}")
+
+
+def build_service_loops(
+    store: MessageStore,
+    *,
+    services: ServicesConfig | None = None,
+    clock: Clock | None = None,
+    probe: DiskProbe = usage_ratio,
+) -> list[ServiceLoop]:
+    """The service loops the broker process must start for ``store`` (not started yet).
+
+    A ``standalone`` store gets reput, flush, cleanup and index; a ``broker`` store (Celery
+    mode) gets only ``follow``.
+
+    Raises:
+        ValueError: the store is read-only or a worker's (services role).
+    """
+    services = services or ServicesConfig()
+    clock = clock or SystemClock()
+    cfg = store.config
+    if store.role == "broker":
+        return [
+            ServiceLoop(
+                "follow",
+                lambda: follow.step(store, max_bytes=services.reput_max_bytes),
+                services.follow_interval_ms / 1000,
+            )
+        ]
+    if store.role != "standalone" or store.readonly:
+        raise ValueError("service loops run in a writable standalone or broker store")
+    flush_state = FlushState()
+    cleanup_state = CleanupState()
+    return [
+        # Reput waits on the store's append event, so 1 s is only a safety net.
+        ServiceLoop(
+            "reput",
+            lambda: reput.step(store, max_bytes=services.reput_max_bytes),
+            1.0,
+            wake=store.appended,
+        ),
+        ServiceLoop(
+            "flush",
+            lambda: flush.step(store, flush_state, clock),
+            cfg.flush_interval_commitlog_ms / 1000,
+        ),
+        ServiceLoop(
+            "cleanup",
+            lambda: cleanup.step(
+                store,
+                cleanup_state,
+                clock,
+                probe=probe,
+                first_delay_ms=services.clean_first_delay_ms,
+            ),
+            cfg.clean_resource_interval_ms / 1000,
+        ),
+        ServiceLoop(
+            "index",
+            lambda: index_build.step(store, clock, max_bytes=services.index_step_bytes),
+            1.0,
+        ),
+    ]
+
+
+def services_status(store: MessageStore, loops: list[ServiceLoop]) -> dict[str, Any]:
+    """Each service's state (last run, errors, last result) and the lags, for REST/console.
+
+    In Celery mode the workers' services come from ``<root>/services/status``; the
+    broker's own follow loop from its thread.
+    """
+    services: dict[str, dict[str, Any]] = {}
+    if store.role == "broker":
+        services.update(status.read_all(store.root))
+    for loop in loops:
+        services[loop.name] = loop.state.as_dict()
+    commit_log = store.commit_log
+    progress = store.progress
+    max_offset = commit_log.max_offset
+    flushed = commit_log.flushed_offset
+    if progress is not None:
+        flushed = max(flushed, progress.get(Slot.SERVICES_FLUSHED_OFFSET))
+    lags = {
+        "reput": store.dispatch_behind_bytes,
+        "flush": max(0, max_offset - flushed) if store.config.flush == "async" else 0,
+        "follow": max(0, max_offset - store.reput_offset) if store.role == "broker" else 0,
+    }
+    for name, lag in lags.items():
+        if name in services:
+            services[name]["lag_bytes"] = lag
+    job = index_build.load_job(store.root)
+    return {
+        "mode": "celery" if store.role == "broker" else "inline",
+        "services": services,
+        "commit_log": {
+            "min_offset": commit_log.min_offset,
+            "max_offset": max_offset,
+            "flushed_offset": flushed,
+            "dispatched_offset": max_offset - store.dispatch_behind_bytes,
+        },
+        "lag_bytes": lags,
+        "writable": store.writable,
+        "unwritable_reason": store.unwritable_reason,
+        "index_build": job.as_dict() if job is not None else None,
+        "progress": progress.snapshot() if progress is not None else None,
+    }

@@ -1,0 +1,205 @@
+"""Celery tasks: thin wrappers that open the store and call mqcore's service steps.
+
+Every task takes only a store path (default: ``CAIRN_STORE_DIR``), never a store object, and
+acknowledges late: the steps are idempotent, so a task whose worker died is simply run again
+(``reject_on_worker_lost`` re-queues it at once; beat schedules the next run anyway).
+A run that cannot take its service's lock returns ``status: skipped`` (STYLE 7).
+
+* ``cairn.reput``: long-lived. Holds the reput lock for ``CAIRN_REPUT_LEASE_S`` (30 s),
+  dispatching as messages arrive (1 ms polls while busy), then queues its successor and
+  ends, so that a warm shutdown never waits long. Beat sends one every 5 s; while one runs,
+  those return ``skipped`` at once, and if the running one died, the next takes over.
+* ``cairn.flush``: one pass, every ``CAIRN_FLUSH_INTERVAL_MS`` (500 ms).
+* ``cairn.cleanup``: one pass, every ``CAIRN_CLEAN_INTERVAL_MS`` (10 s).
+* ``cairn.index_build``: starts (``start=True``) or continues a side build of the index for
+  up to 30 s, then queues its successor while there is work left; beat resumes a build left
+  behind by a dead worker. Hands the build to the Spark pipeline when it is installed and the
+  store is at least ``CAIRN_INDEX_SPARK_MIN_BYTES``.
+* ``cairn.status``: every service's recorded status (for ``celery call``).
+
+Errors: a step's exception is recorded in the service's status file and re-raised (Celery
+logs it with its traceback); only Redis hiccups while publishing events are swallowed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import time
+from typing import Any
+
+from celery.worker import state as worker_state
+
+from mqcore.clock import SystemClock
+from mqcore.services import cleanup, flush, index_build, locks, reput, status
+from mqcore.services.cleanup import CleanupState
+from mqcore.services.flush import FlushState
+from mqcore.services.index_build import IndexBuilder
+from mqcore.services.result import StepResult
+from mqcore.services.runner import run_lease
+from mqcore.store.store import MessageStore
+from workers import settings, stores
+from workers.app import app
+from workers.events import Publisher
+
+log = logging.getLogger(__name__)
+
+CLOCK = SystemClock()
+#: An idle reput waits at most this long before looking at the CommitLog end again.
+REPUT_MAX_IDLE_S = 0.01
+INDEX_TASK_BUDGET_S = 30.0
+
+_flush_states: dict[str, FlushState] = {}
+_cleanup_states: dict[str, CleanupState] = {}
+_publishers: dict[str, Publisher] = {}
+
+
+def _stopping() -> bool:
+    """The worker was asked to shut down (visible to the thread and solo pools)."""
+    return bool(worker_state.should_stop or worker_state.should_terminate)
+
+
+def _publisher(store: MessageStore) -> Publisher:
+    key = str(store.root)
+    publisher = _publishers.get(key)
+    if publisher is None:
+        publisher = _publishers[key] = Publisher(settings.redis_url(), store.root)
+    return publisher
+
+
+def _run_recorded(store: MessageStore, service: str, fn: Any) -> dict[str, Any]:
+    """Run one step, record it in the service's status file, return it as a dict."""
+    try:
+        result: StepResult = fn()
+    except Exception as exc:
+        status.record(store.root, service, CLOCK.now_ms(), error=f"{type(exc).__name__}: {exc}")
+        raise
+    status.record(store.root, service, CLOCK.now_ms(), result=result)
+    return result.as_dict()
+
+
+@app.task(name="cairn.reput", bind=True, acks_late=True, reject_on_worker_lost=True)
+def reput_task(self: Any, store_dir: str | None = None) -> dict[str, Any]:
+    """Hold reput for one lease, then queue the successor (see the module docstring)."""
+    cfg = settings.services()
+    store = stores.open_store(store_dir, "reput")
+    publisher = _publisher(store)
+    last_recorded = [0.0]
+    unrecorded_runs = [0]
+
+    def on_result(result: StepResult) -> None:
+        unrecorded_runs[0] += 1
+        if result.detail.get("dispatched") or result.detail.get("index_installed"):
+            publisher.publish("reput", reput_offset=store.reput_offset)
+        now = time.monotonic()
+        if result.status != "skipped" and now - last_recorded[0] >= cfg.status_interval_ms / 1000:
+            status.record(
+                store.root, "reput", CLOCK.now_ms(), result=result, runs=unrecorded_runs[0]
+            )
+            last_recorded[0], unrecorded_runs[0] = now, 0
+
+    with locks.runner_slot(store, "reput") as free:
+        if not free:
+            return locks.skipped(store, "reput").as_dict()
+        try:
+            last = run_lease(
+                lambda: reput.step(store, max_bytes=cfg.reput_max_bytes),
+                duration_s=cfg.reput_lease_s,
+                poll_s=cfg.reput_poll_ms / 1000,
+                max_idle_s=REPUT_MAX_IDLE_S,
+                should_stop=_stopping,
+                on_result=on_result,
+            )
+        except Exception as exc:
+            status.record(store.root, "reput", CLOCK.now_ms(), error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            reput.release(store)
+    if last is None:
+        return {"service": "reput", "progressed": False, "status": "ok", "detail": {}}
+    if last.status != "skipped" and not _stopping():
+        reput_task.apply_async(kwargs={"store_dir": store_dir})  # the successor
+    return last.as_dict()
+
+
+@app.task(name="cairn.flush", acks_late=True, reject_on_worker_lost=True)
+def flush_task(store_dir: str | None = None) -> dict[str, Any]:
+    """One flush pass (spec 6.2, 6.3) and the checkpoint."""
+    store = stores.open_store(store_dir, "flush")
+    state = _flush_states.setdefault(str(store.root), FlushState())
+    return _run_recorded(store, "flush", lambda: flush.step(store, state, CLOCK))
+
+
+@app.task(name="cairn.cleanup", acks_late=True, reject_on_worker_lost=True)
+def cleanup_task(store_dir: str | None = None, manual: bool = False) -> dict[str, Any]:
+    """One cleanup run (spec 6.4, 6.5). ``manual``: delete expired files whatever the hour."""
+    cfg = settings.services()
+    store = stores.open_store(store_dir, "cleanup")
+    state = _cleanup_states.setdefault(str(store.root), CleanupState())
+    if manual:
+        cleanup.request_manual_delete(state)
+    result = _run_recorded(
+        store,
+        "cleanup",
+        lambda: cleanup.step(store, state, CLOCK, first_delay_ms=cfg.clean_first_delay_ms),
+    )
+    detail = result["detail"]
+    if detail.get("deleted_commit_log_files") or detail.get("deleted_queue_files"):
+        _publisher(store).publish("cleanup", min_offset=detail.get("commit_log_min_offset"))
+    elif "disk_full" in detail:
+        _publisher(store).publish("disk", disk_full=detail["disk_full"])
+    return result
+
+
+def spark_index_builder(store: MessageStore) -> IndexBuilder | None:
+    """The pipeline's index builder, when ``pipeline`` is installed and the store is big
+    enough to be worth a Spark job (CAIRN_INDEX_SPARK_MIN_BYTES). The seam: the pipeline
+    package provides ``pipeline.index_build.build_index_files(request) -> int``
+    (``mqcore.services.index_build.BuildRequest``)."""
+    size = store.commit_log.max_offset - store.commit_log.min_offset
+    if size < settings.services().index_spark_min_bytes:
+        return None
+    if importlib.util.find_spec("pipeline") is None:
+        return None
+    try:
+        module = importlib.import_module("pipeline.index_build")
+    except ImportError:
+        log.warning("pipeline is installed but has no index_build module; indexing here")
+        return None
+    builder = getattr(module, "build_index_files", None)
+    return builder if callable(builder) else None
+
+
+@app.task(name="cairn.index_build", bind=True, acks_late=True, reject_on_worker_lost=True)
+def index_build_task(
+    self: Any, store_dir: str | None = None, start: bool = False, from_offset: int | None = None
+) -> dict[str, Any]:
+    """Start or continue a side build of the index; the reput holder installs it when ready."""
+    cfg = settings.services()
+    store = stores.open_store(store_dir, "index")
+    if start:
+        index_build.start(store, CLOCK, from_offset=from_offset)
+    builder = spark_index_builder(store)
+    deadline = time.monotonic() + INDEX_TASK_BUDGET_S
+    result: dict[str, Any] = {}
+    while time.monotonic() < deadline and not _stopping():
+        result = _run_recorded(
+            store,
+            "index",
+            lambda: index_build.step(store, CLOCK, max_bytes=cfg.index_step_bytes, builder=builder),
+        )
+        if not result["progressed"]:
+            break
+    else:
+        if not _stopping():
+            index_build_task.apply_async(kwargs={"store_dir": store_dir})
+    return result
+
+
+@app.task(name="cairn.status")
+def status_task(store_dir: str | None = None) -> dict[str, Any]:
+    """Every service's recorded status and the current index build."""
+    root = settings.store_dir(store_dir)
+    job = index_build.load_job(root)
+    return {"services": status.read_all(root), "index_build": job.as_dict() if job else None}
