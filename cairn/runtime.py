@@ -1,12 +1,24 @@
 """The broker runtime: what one broker process owns while it runs.
 
 ``runbroker`` starts it before serving and stops it after the server returns. Views and
-consumers reach it through :func:`current`. It lives in this process only: other processes
-(Celery workers, Spark) learn of progress through the store files and Redis, never through it.
+consumers reach it through :func:`current` (``current().broker`` is the
+:class:`~mqcore.broker.broker.Broker` every front end calls). It lives in this process only:
+other processes (Celery workers, Spark) learn of progress through the store files and Redis,
+never through it.
+
+Start order: store (open, recover) → metadata (``<store>/config/*.json``) → broker → service
+loops: the store's (:mod:`mqcore.services.inline`: reput, flush, cleanup, index; only
+``follow`` with ``CAIRN_SERVICES=celery``) and the broker's (delay delivery, offsets persist,
+always here: they write the CommitLog and persist in-memory offsets). Stop runs it
+backwards: Redis subscriber, loops, broker (wakes long polls, persists offsets), store.
+
+Tests build their own runtime over a ``tmp_path`` store and :func:`install` it; :func:`reset`
+forgets it again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -18,9 +30,17 @@ from typing import Any
 from django.conf import settings
 
 import mqcore
-from mqcore.clock import SystemClock
-from mqcore.services import flush, reput
-from mqcore.services.flush import FlushState
+from mqcore.broker import delay_delivery, offsets_persist
+from mqcore.broker.broker import Broker
+from mqcore.broker.config import BrokerConfig
+from mqcore.clock import Clock, SystemClock
+from mqcore.metadata import Metadata
+from mqcore.services import inline
+from mqcore.services.config import (
+    ServicesConfig,
+    services_config_from_env,
+    store_config_from_env,
+)
 from mqcore.services.runner import ServiceLoop
 from mqcore.store import MessageStore, StoreConfig
 
@@ -36,50 +56,132 @@ class BrokerRuntime:
     flush_mode: str = "async"
     running: bool = False
     store: MessageStore | None = None
+    metadata: Metadata | None = None
+    broker: Broker | None = None
     loops: list[ServiceLoop] = field(default_factory=list)
+    #: Store settings; None builds them from settings (flush mode, broker and cluster names).
+    store_config: StoreConfig | None = None
+    #: Broker settings; None builds them from settings (``AUTO_CREATE_TOPICS``).
+    broker_config: BrokerConfig | None = None
+    #: How services run; None reads the CAIRN_* variables (mode from ``services_mode``).
+    services_config: ServicesConfig | None = None
+    clock: Clock = field(default_factory=SystemClock)
+    #: Celery mode: the Redis subscriber that wakes the follow loop (None otherwise).
+    subscriber: Any = None
 
     def start(self) -> None:
-        """Open (and recover) the store, then start the in-process services.
+        """Open (and recover) the store, load the metadata, start the broker and the
+        in-process services.
 
         Raises:
             StoreLockedError: another broker holds the store.
+            StoreError: a config file and its backup are both unreadable.
         """
+        cfg = settings.CAIRN
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        store = MessageStore(self.store_dir, StoreConfig(flush=self.flush_mode))  # type: ignore[arg-type]
+        store_config = self.store_config or store_config_from_env(
+            os.environ,
+            StoreConfig(
+                flush=self.flush_mode,  # type: ignore[arg-type]
+                broker_name=cfg.get("BROKER_NAME", "broker-a"),
+                cluster_name=cfg.get("CLUSTER_NAME", "DefaultCluster"),
+            ),
+        )
+        services = dataclasses.replace(
+            self.services_config or services_config_from_env(os.environ),
+            mode=self.services_mode,  # type: ignore[arg-type]
+        )
+        broker_config = self.broker_config or BrokerConfig(
+            auto_create_topics=bool(cfg["AUTO_CREATE_TOPICS"])
+        )
+        store = MessageStore(
+            self.store_dir,
+            store_config,
+            clock=self.clock,
+            role=inline.store_role(self.services_mode),
+        )
         store.open()
         self.store = store
-        if store.recovery is not None:
-            log.info("%s", store.recovery.summary())
-        if self.services_mode == "inline":
-            self._start_inline_services(store)
+        try:
+            if store.recovery is not None:
+                log.info("%s", store.recovery.summary())
+            self.metadata = Metadata(
+                self.store_dir / "config",
+                self.clock,
+                broker_name=broker_config.broker_name or store_config.broker_name,
+                cluster_name=broker_config.cluster_name or store_config.cluster_name,
+            )
+            self.metadata.load()
+            self.broker = Broker(store, self.metadata, config=broker_config, clock=self.clock)
+            self.broker.start()
+            self._start_services(store, self.broker, services)
+        except BaseException:
+            self.stop()
+            raise
         self.started_monotonic = time.monotonic()
         self.running = True
         log.info(
             "broker runtime started (store %s, services %s)", self.store_dir, self.services_mode
         )
 
-    def _start_inline_services(self, store: MessageStore) -> None:
-        clock = SystemClock()
-        state = FlushState()
-        interval_s = store.config.flush_interval_commitlog_ms / 1000
-        self.loops = [
-            # Reput waits on the store's append event, so 1 s is only a safety net.
-            ServiceLoop("reput", lambda: reput.step(store), 1.0, wake=store.appended),
-            ServiceLoop("flush", lambda: flush.step(store, state, clock), interval_s),
+    def _start_services(
+        self, store: MessageStore, broker: Broker, services: ServicesConfig
+    ) -> None:
+        """The store's loops (:func:`mqcore.services.inline.build_service_loops`: reput,
+        flush, cleanup and index inline; only ``follow`` in Celery mode, woken by the
+        workers' Redis events), then the broker's own, which always run here: delay
+        delivery writes to the CommitLog, whose one writer is this process, and consumer
+        offsets live in its memory."""
+        loops = inline.build_service_loops(store, services=services, clock=self.clock)
+        follow = [loop for loop in loops if loop.name == "follow"]
+        loops += [
+            ServiceLoop(
+                "delay_delivery",
+                lambda: delay_delivery.step(broker),
+                delay_delivery.DEFAULT_INTERVAL_S,
+            ),
+            ServiceLoop(
+                "offsets_persist",
+                lambda: offsets_persist.step(broker),
+                offsets_persist.DEFAULT_INTERVAL_S,
+            ),
         ]
-        for loop in self.loops:
+        self.loops = loops
+        for loop in loops:
             loop.start()
+        if follow and settings.REDIS_URL:
+            from workers.events import wake_on_events
+
+            self.subscriber = wake_on_events(settings.REDIS_URL, self.store_dir, follow)
 
     def stop(self) -> None:
-        """Stop the services, then close the store (final dispatch, flush, checkpoint)."""
-        for loop in self.loops:
+        """Stop the services, the broker (wakes long polls, persists offsets), then close the
+        store (final dispatch, flush, checkpoint). Safe after a failed or partial start."""
+        if self.subscriber is not None:
+            self.subscriber.stop()
+            self.subscriber = None
+        for loop in reversed(self.loops):
             loop.stop()
         self.loops = []
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+        if self.metadata is not None:
+            self.metadata = None
         if self.store is not None:
             self.store.close()
             self.store = None
         self.running = False
         log.info("broker runtime stopped")
+
+    def service_states(self) -> dict[str, dict[str, Any]]:
+        """Each service's state by name: the in-process loops' (``ServiceState.as_dict()``
+        plus ``lag_bytes``) and, in Celery mode, what the workers last recorded."""
+        store = self.store
+        if store is None:
+            return {}
+        services: dict[str, dict[str, Any]] = inline.services_status(store, self.loops)["services"]
+        return services
 
     def health(self) -> dict[str, Any]:
         return {
@@ -92,7 +194,7 @@ class BrokerRuntime:
             "running": self.running,
             "pid": os.getpid(),
             "store": self._store_health(),
-            "service_state": {loop.name: loop.state.as_dict() for loop in self.loops},
+            "service_state": self.service_states(),
         }
 
     def _store_health(self) -> dict[str, Any] | None:
@@ -112,6 +214,21 @@ class BrokerRuntime:
 
 _lock = threading.Lock()
 _current: BrokerRuntime | None = None
+
+
+def install(runtime: BrokerRuntime) -> None:
+    """Make ``runtime`` the process's runtime (tests: one over a ``tmp_path`` store)."""
+    global _current
+    with _lock:
+        _current = runtime
+
+
+def reset() -> None:
+    """Forget the process's runtime; the next :func:`current` builds one from settings.
+    The caller stops the old one first."""
+    global _current
+    with _lock:
+        _current = None
 
 
 def current() -> BrokerRuntime:

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
     "channels",
     "cairn",
     "api",
@@ -60,6 +61,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "webui.context.console",
             ],
         },
     },
@@ -80,25 +82,69 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
-LOGIN_URL = "/admin/login/"
+# The console's own login page (webui); the API answers 401 instead of redirecting.
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 REDIS_URL = env.get("CAIRN_REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # A live trace follows whole topics: room for bursts between two reads.
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000},
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}
+    }
 
+# Token first: its ``WWW-Authenticate: Token`` header turns "not logged in" into a 401 (with
+# Session first DRF answers 403). Session logins still work for the console.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.LimitedJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.exceptions.problem_exception_handler",
+    # ``?format=`` is the config documents' own parameter (rocketmq | json), not DRF's
+    # renderer override (the API renders JSON only).
+    "URL_FORMAT_OVERRIDE": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Cairn REST API",
+    "DESCRIPTION": (
+        "Topics, subscription groups, offsets, messages and RocketMQ config documents of one "
+        "Cairn broker. Times are epoch milliseconds. Errors are application/problem+json."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "BodyEncodingInEnum": ["text", "base64", "json"],
+        "BodyEncodingOutEnum": ["text", "base64"],
+        "BodyEncodingQueryEnum": ["auto", "base64"],
+    },
+}
+
+# REST API limits (see README "REST API").
+CAIRN_API = {
+    # Largest request body; more is refused with 413 before it is parsed. A batch may carry
+    # 4 MiB of bodies (BrokerConfig.max_batch_bytes), which base64 and JSON escaping inflate.
+    "MAX_REQUEST_BYTES": 16 * 1024 * 1024,
+    # Longest long poll a pull may ask for (wait_ms); longer values are refused with 400.
+    "MAX_WAIT_MS": 30_000,
+    # Most messages in one send request, and in one page of a pull, browse or key query.
+    "MAX_BATCH_MESSAGES": 1_000,
+    "MAX_PAGE_MESSAGES": 1_000,
 }
 
 # The broker runtime (store, services, Kafka listener) reads these.

@@ -5,7 +5,7 @@ from cairn import views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
-    path("api/v1/", include("api.urls")),
+    path("api/v1/", include("api.urls", namespace="api")),
     path("admin/", admin.site.urls),
     path("", include("webui.urls")),
 ]

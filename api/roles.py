@@ -1,0 +1,86 @@
+"""Roles: ``viewer`` < ``operator`` < ``admin``, kept as Django groups of the same names.
+
+* viewer: reads everything except the audit log and users.
+* operator: also sends, commits and resets offsets, retries and resends messages, creates,
+  changes and deletes topics and groups; reads the audit log.
+* admin: also imports RocketMQ config documents and manages users.
+
+Superusers are admins whatever their groups. A user in several role groups has the highest.
+A user in none has no role and is refused everything but ``GET /api/v1/auth/me``.
+
+Views state their policy as class attributes (``read_role``, ``write_role``) and use
+:class:`RolePermission`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+
+VIEWER = "viewer"
+OPERATOR = "operator"
+ADMIN = "admin"
+ROLES = (VIEWER, OPERATOR, ADMIN)
+_RANK = {role: rank for rank, role in enumerate(ROLES, start=1)}
+
+
+def role_of(user: AbstractBaseUser | AnonymousUser | None) -> str | None:
+    """The user's effective role, or None (anonymous, inactive, or in no role group)."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return None
+    if getattr(user, "is_superuser", False):
+        return ADMIN
+    cached = getattr(user, "_cairn_role", False)
+    if cached is not False:
+        return cached  # type: ignore[no-any-return]
+    names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))  # type: ignore[union-attr]
+    role = max(names, key=_RANK.__getitem__) if names else None
+    user._cairn_role = role  # type: ignore[union-attr]
+    return role
+
+
+def has_role(user: Any, required: str) -> bool:
+    role = role_of(user)
+    return role is not None and _RANK[role] >= _RANK[required]
+
+
+def set_role(user: Any, role: str) -> None:
+    """Put the user in exactly one role group (created on first use)."""
+    if role not in _RANK:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    group, _ = Group.objects.get_or_create(name=role)
+    user.groups.remove(*Group.objects.filter(name__in=ROLES).exclude(name=role))
+    user.groups.add(group)
+    if hasattr(user, "_cairn_role"):
+        del user._cairn_role
+
+
+class RolePermission(BasePermission):
+    """Safe methods need ``view.read_role``; every other method ``view.write_role``.
+
+    A view may also name a role per method in ``view.method_roles`` (e.g. ``{"PUT": "admin"}``).
+    """
+
+    message = "your role does not allow this"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        required = required_role(request.method or "GET", view)
+        role = role_of(request.user)
+        if role is None or _RANK[role] < _RANK[required]:
+            self.message = f"{request.method} here needs the {required} role" + (
+                f"; you are {role}" if role else "; you have no role"
+            )
+            return False
+        return True
+
+
+def required_role(method: str, view: Any) -> str:
+    method_roles: dict[str, str] = getattr(view, "method_roles", {})
+    if method in method_roles:
+        return method_roles[method]
+    if method in SAFE_METHODS:
+        return str(getattr(view, "read_role", VIEWER))
+    return str(getattr(view, "write_role", OPERATOR))

@@ -1,0 +1,1 @@
+"""The API views, one module per resource; :mod:`api.urls` routes them."""

@@ -1,0 +1,87 @@
+"""What every API view shares: the role policy, the broker, input validation, paging."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from api.exceptions import BrokerUnavailable
+from api.roles import OPERATOR, VIEWER, RolePermission
+from api.serializers.common import PageQuerySerializer
+from cairn import runtime
+from mqcore.broker import Broker
+
+
+class BrokerView(APIView):
+    """Base of the API views. Policies are class attributes: ``read_role`` for GET/HEAD/OPTIONS,
+    ``write_role`` for the rest, ``method_roles`` to single out one method."""
+
+    permission_classes = [RolePermission]
+    read_role = VIEWER
+    write_role = OPERATOR
+    method_roles: dict[str, str] = {}
+    #: mqcore error fields renamed to this view's request fields (e.g. topic_name -> name).
+    mq_field_aliases: dict[str, str] = {}
+
+    @property
+    def broker(self) -> Broker:
+        """The running broker, or 503 if this process has none."""
+        broker = runtime.current().broker
+        if broker is None:
+            raise BrokerUnavailable()
+        return broker
+
+    def now_ms(self) -> int:
+        return runtime.current().clock.now_ms()
+
+    def body(self, serializer: type[serializers.Serializer], **kwargs: Any) -> dict[str, Any]:
+        """The validated request body (400 with every broken rule otherwise)."""
+        s = serializer(data=self.request.data, **kwargs)
+        s.is_valid(raise_exception=True)
+        return dict(s.validated_data)
+
+    def query(self, serializer: type[serializers.Serializer]) -> dict[str, Any]:
+        """The validated query parameters."""
+        return validate_query(serializer, self.request)
+
+
+def validate_query(serializer: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+    """Query parameters through ``serializer``, strictly: a parameter given empty
+    (``?limit=``) is validated like any value (DRF's form handling would drop it)."""
+    params = request.query_params
+    fields = serializer().fields
+    data: dict[str, Any] = {}
+    for name in params:
+        many = isinstance(fields.get(name), serializers.ListField | serializers.MultipleChoiceField)
+        data[name] = params.getlist(name) if many else params[name]
+    s = serializer(data=data)
+    s.is_valid(raise_exception=True)
+    return dict(s.validated_data)
+
+
+def paginate[T](
+    request: Request, items: Sequence[T], render: Callable[[Sequence[T]], list[Any]]
+) -> dict[str, Any]:
+    """``{"count", "next", "previous", "results"}`` for ``?limit=&offset=`` (limit 1..1000,
+    default 100). ``render`` turns the page's items into JSON (only the page is rendered)."""
+    page = validate_query(PageQuerySerializer, request)
+    limit, offset = page["limit"], page["offset"]
+    count = items.count() if isinstance(items, QuerySet) else len(items)
+
+    def link(at: int) -> str:
+        params = request.query_params.copy()
+        params["limit"] = str(limit)
+        params["offset"] = str(at)
+        return request.build_absolute_uri(request.path) + "?" + params.urlencode()
+
+    return {
+        "count": count,
+        "next": link(offset + limit) if offset + limit < count else None,
+        "previous": link(max(0, offset - limit)) if offset > 0 else None,
+        "results": render(items[offset : offset + limit]),
+    }

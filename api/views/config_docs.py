@@ -1,0 +1,119 @@
+"""``/config/{topics,subscriptionGroup,consumerOffset}.json``: RocketMQ's own documents.
+
+GET answers the document exactly as RocketMQ writes the file (fastjson pretty format, TABs,
+sorted bean keys; ``consumerOffset.json`` has bare integer keys, which strict JSON parsers
+refuse: ``?format=json`` gives the same content as standard JSON). PUT takes a document in
+the same format (RocketMQ's file, strict JSON, 4.x legacy shapes), checks all of it, and
+replaces the whole table at once, or changes nothing and answers 400 naming the first
+broken rule's JSON path (``topicConfigTable.TopicA.perm``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api import audit
+from api.parsers import RawDocumentParser
+from api.roles import ADMIN
+from api.serializers.admin import ConfigImportResultSerializer
+from api.views.base import BrokerView
+from api.views.schema import READ, responses
+from mqcore.errors import ValidationError as MQValidationError
+from mqcore.metadata.config_file import ConfigFileManager
+from mqcore.metadata.jsonfile import loads_fastjson
+
+DOCUMENTS = ("topics.json", "subscriptionGroup.json", "consumerOffset.json")
+
+
+class FormatSerializer(serializers.Serializer):
+    format = serializers.ChoiceField(["rocketmq", "json"], default="rocketmq")
+
+
+def _parsed(text: str) -> Any:
+    """The document as plain JSON data (bare integer keys become strings)."""
+    return json.loads(json.dumps(loads_fastjson(text)))
+
+
+class ConfigDocumentView(BrokerView):
+    """One document; ``document`` is bound by the URL pattern."""
+
+    method_roles = {"PUT": ADMIN}
+    parser_classes = [RawDocumentParser]
+    document = ""
+
+    def manager(self) -> ConfigFileManager[Any]:
+        metadata = self.broker.metadata
+        return {
+            "topics.json": metadata.topics,
+            "subscriptionGroup.json": metadata.groups,
+            "consumerOffset.json": metadata.offsets,
+        }[self.document]
+
+    @extend_schema(
+        summary="Export a RocketMQ config document",
+        parameters=[FormatSerializer],
+        responses=responses(
+            {
+                200: OpenApiResponse(
+                    OpenApiTypes.OBJECT,
+                    description="the document (rocketmq: fastjson text as the broker's file)",
+                )
+            },
+            *READ,
+        ),
+    )
+    def get(self, request: Request) -> Any:
+        fmt = self.query(FormatSerializer)["format"]
+        text = self.manager().to_document()
+        if fmt == "json":
+            return Response(_parsed(text))
+        response = HttpResponse(
+            text.encode("utf-8"), content_type="application/json; charset=utf-8"
+        )
+        response["Content-Disposition"] = f'inline; filename="{self.document}"'
+        return response
+
+    @extend_schema(
+        summary="Import a RocketMQ config document (admin)",
+        description="Replaces the whole table. The document is checked in full first; if "
+        "anything in it is wrong nothing changes (400 with the JSON path in `field`).",
+        request={"application/json": OpenApiTypes.OBJECT, "text/plain": OpenApiTypes.STR},
+        responses=responses({200: ConfigImportResultSerializer}),
+    )
+    def put(self, request: Request) -> Response:
+        text = request.data if isinstance(request.data, str) else ""
+        if not text.strip():
+            raise MQValidationError("body", "empty", f"body: send the {self.document} document")
+        manager = self.manager()
+        old_text = manager.to_document()
+        try:
+            manager.replace_from_document(text)
+        except RecursionError:
+            raise MQValidationError(
+                "document", "json", "the document is nested too deeply"
+            ) from None
+        new_text = manager.to_document()
+        audit.record(
+            request,
+            "config.import",
+            "config",
+            self.document,
+            old=_parsed(old_text),
+            new=_parsed(new_text),
+        )
+        version = getattr(manager, "data_version", None)
+        return Response(
+            {
+                "document": self.document,
+                "applied": True,
+                "data_version": version.to_json() if version is not None else {},
+            }
+        )

@@ -1,0 +1,225 @@
+"""``/groups``: subscription groups, their lag, committed offsets and offset resets.
+
+The REST API never creates a group by using it (RocketMQ's ``autoCreateSubscriptionGroup``
+applies to clients): offsets and resets of an unknown group are a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api import audit
+from api.serializers.common import PageQuerySerializer
+from api.serializers.groups import (
+    GroupCreateSerializer,
+    GroupLagSerializer,
+    GroupOffsetsSerializer,
+    GroupPageSerializer,
+    GroupSerializer,
+    GroupUpdateSerializer,
+    OffsetsSerializer,
+    ResetResultSerializer,
+    ResetSerializer,
+    TopicFilterSerializer,
+    group_dict,
+    lag_dict,
+    offsets_dict,
+    plan_dict,
+)
+from api.views.base import BrokerView, paginate
+from api.views.schema import (
+    GROUP,
+    GROUP_EXAMPLE,
+    OFFSETS_EXAMPLE,
+    READ,
+    RESET_EXAMPLE,
+    problems,
+    responses,
+)
+from mqcore.broker.types import GroupInfo
+
+_TOPIC_FILTER = TopicFilterSerializer
+
+
+def _settings(g: GroupInfo) -> dict[str, Any]:
+    data = group_dict(g)
+    for derived in ("broker_name", "system", "topics"):
+        data.pop(derived)
+    return data
+
+
+class GroupListView(BrokerView):
+    @extend_schema(
+        operation_id="groups_list",
+        summary="List subscription groups",
+        parameters=[PageQuerySerializer],
+        responses=responses({200: GroupPageSerializer}, *READ),
+    )
+    def get(self, request: Request) -> Response:
+        groups = self.broker.list_groups()
+        return Response(paginate(request, groups, lambda page: [group_dict(g) for g in page]))
+
+    @extend_schema(
+        summary="Create a subscription group",
+        request=GroupCreateSerializer,
+        examples=[GROUP_EXAMPLE],
+        responses=responses({201: GroupSerializer}),
+    )
+    def post(self, request: Request) -> Response:
+        data = self.body(GroupCreateSerializer)
+        name = data.pop("name")
+        self.mq_field_aliases = {"group_name": "name"}
+        info = self.broker.create_group(name, **data)
+        audit.record(request, "group.create", "group", name, new=_settings(info))
+        location = reverse("api:group-detail", kwargs={"group": name})
+        return Response(group_dict(info), status=201, headers={"Location": location})
+
+
+class GroupDetailView(BrokerView):
+    @extend_schema(
+        summary="Get a subscription group",
+        parameters=[GROUP],
+        responses=responses({200: GroupSerializer}, *READ),
+    )
+    def get(self, request: Request, group: str) -> Response:
+        return Response(group_dict(self.broker.get_group(group)))
+
+    @extend_schema(
+        summary="Change a group's settings",
+        parameters=[GROUP],
+        request=GroupUpdateSerializer,
+        responses=responses({200: GroupSerializer}),
+    )
+    def patch(self, request: Request, group: str) -> Response:
+        changes = self.body(GroupUpdateSerializer)
+        old = self.broker.get_group(group)
+        new = self.broker.update_group(group, **changes)
+        audit.record(
+            request, "group.update", "group", group, old=_settings(old), new=_settings(new)
+        )
+        return Response(group_dict(new))
+
+    @extend_schema(
+        summary="Delete a subscription group",
+        description="Also removes its committed offsets; its retry and DLQ topics stay.",
+        parameters=[GROUP],
+        request=None,
+        responses={204: None, **problems(400, 401, 403, 404, 503)},
+    )
+    def delete(self, request: Request, group: str) -> Response:
+        old = self.broker.get_group(group)
+        offsets = self.broker.get_offsets(group)
+        self.broker.delete_group(group)
+        old_value = {**_settings(old), "offsets": offsets_dict(group, offsets)["offsets"]}
+        audit.record(request, "group.delete", "group", group, old=old_value)
+        return Response(status=204)
+
+
+class GroupLagView(BrokerView):
+    @extend_schema(
+        summary="A group's lag",
+        description="Per topic and queue (messages behind, age of the oldest unconsumed "
+        "message) and a summary (total, worst queue).",
+        parameters=[GROUP, _TOPIC_FILTER],
+        responses=responses({200: GroupLagSerializer}, *READ),
+    )
+    def get(self, request: Request, group: str) -> Response:
+        topic = self.query(TopicFilterSerializer).get("topic")
+        return Response(lag_dict(self.broker.group_lag(group, topic)))
+
+
+class GroupOffsetsView(BrokerView):
+    @extend_schema(
+        summary="A group's committed offsets",
+        description="The next offset the group will consume, per topic and queue.",
+        parameters=[GROUP, _TOPIC_FILTER],
+        responses=responses({200: GroupOffsetsSerializer}, *READ),
+    )
+    def get(self, request: Request, group: str) -> Response:
+        topic = self.query(TopicFilterSerializer).get("topic")
+        self.broker.get_group(group)
+        if topic is not None:
+            self.broker.get_topic(topic)
+        return Response(offsets_dict(group, self.broker.get_offsets(group, topic)))
+
+    @extend_schema(
+        summary="Commit offsets",
+        description="Every entry is checked (topic exists, queue in range) before any is "
+        "committed. Returns the group's offsets after the commit.",
+        parameters=[GROUP],
+        request=OffsetsSerializer,
+        examples=[OFFSETS_EXAMPLE],
+        responses=responses({200: GroupOffsetsSerializer}),
+    )
+    def put(self, request: Request, group: str) -> Response:
+        entries = self.body(OffsetsSerializer)["offsets"]
+        self.broker.get_group(group)
+        for index, entry in enumerate(entries):
+            self.mq_field_aliases = {
+                "topic": f"offsets[{index}].topic",
+                "topic_name": f"offsets[{index}].topic",
+                "queue_id": f"offsets[{index}].queue_id",
+            }
+            self.broker.queue_status(entry["topic"], entry["queue_id"])
+        self.mq_field_aliases = {}
+        before = self.broker.get_offsets(group)
+        for entry in entries:
+            self.broker.commit_offset(group, entry["topic"], entry["queue_id"], entry["offset"])
+        old = [{**e, "offset": before.get(e["topic"], {}).get(e["queue_id"])} for e in entries]
+        audit.record(request, "group.offsets.commit", "group", group, old=old, new=entries)
+        return Response(offsets_dict(group, self.broker.get_offsets(group)))
+
+
+class GroupResetView(BrokerView):
+    @extend_schema(
+        summary="Reset a group's offsets on a topic",
+        description="To the earliest or latest message, to a time (the first message stored "
+        "at or after it), or to explicit offsets. dry_run returns the plan only.",
+        parameters=[GROUP],
+        request=ResetSerializer,
+        examples=[RESET_EXAMPLE],
+        responses=responses({200: ResetResultSerializer}),
+    )
+    def post(self, request: Request, group: str) -> Response:
+        data = self.body(ResetSerializer)
+        self.broker.get_group(group)
+        to = data["to"]
+        offsets = data.get("offsets")
+        plans = self.broker.reset_offsets(
+            group,
+            data["topic"],
+            to=to if to in ("earliest", "latest") else None,
+            timestamp_ms=data.get("timestamp"),
+            offsets={o["queue_id"]: o["offset"] for o in offsets} if offsets else None,
+            dry_run=data["dry_run"],
+        )
+        body = {
+            "group": group,
+            "topic": data["topic"],
+            "dry_run": data["dry_run"],
+            "queues": [plan_dict(p) for p in plans],
+        }
+        if not data["dry_run"]:
+            audit.record(
+                request,
+                "group.offsets.reset",
+                "group",
+                group,
+                old=[
+                    {"topic": p.topic, "queue_id": p.queue_id, "offset": p.old_offset}
+                    for p in plans
+                ],
+                new={
+                    "request": {k: v for k, v in data.items() if k != "dry_run"},
+                    "offsets": [
+                        {"topic": p.topic, "queue_id": p.queue_id, "offset": p.new_offset}
+                        for p in plans
+                    ],
+                },
+            )
+        return Response(body)

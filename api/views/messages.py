@@ -1,0 +1,219 @@
+"""Messages: send, the three reads of a topic, lookup by id, retry and DLQ resend.
+
+A pull with ``wait_ms`` blocks its request's thread until a message arrives or the time is
+up. That is safe under Daphne: Django's ASGI handler runs each request's sync view in a
+thread of its own (asgiref ``ThreadSensitiveContext``), so a long poll never holds the
+event loop or another request; it costs one parked thread per waiting request, for at most
+``CAIRN_API["MAX_WAIT_MS"]`` (30 s).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api import audit
+from api.serializers.messages import (
+    MessageDetailQuerySerializer,
+    MessageDetailSerializer,
+    PullPageSerializer,
+    ReadQuerySerializer,
+    RetrySerializer,
+    SendBackResultSerializer,
+    SendResponseSerializer,
+    SendResultSerializer,
+    SendSerializer,
+    message_dict,
+    message_from,
+    send_result,
+)
+from api.views.base import BrokerView
+from api.views.schema import GROUP, MSG_ID, READ, SEND_EXAMPLE, TOPIC, responses
+from mqcore.errors import NotFoundError
+from mqcore.errors import ValidationError as MQValidationError
+from mqcore.store.msgid import HostAddress
+
+DEFAULT_READ_LIMIT = 32
+_MESSAGE_FIELDS = ("body", "queue_id", "delay_level", "properties", "keys", "tag", "sharding_key")
+_MAX_AUDITED_IDS = 100
+
+
+def born_host(request: Request) -> HostAddress | None:
+    """The client's address as the records' born host (None if it is not an IP address)."""
+    try:
+        ip = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return None
+    return HostAddress(str(ip), 0)
+
+
+def check_msg_id(msg_id: str) -> str:
+    if not msg_id or len(msg_id) > 64 or any(c not in "0123456789abcdefABCDEF" for c in msg_id):
+        raise MQValidationError("msg_id", "format", "msg_id: expected a hex msgId or offsetMsgId")
+    return msg_id
+
+
+class TopicMessagesView(BrokerView):
+    @extend_schema(
+        summary="Send messages",
+        description="One message or a batch; stored all together or not at all. Returns one "
+        "result per message, in order. An unknown topic is a 404 unless topic auto-creation "
+        "is on (CAIRN_AUTO_CREATE_TOPICS).",
+        parameters=[TOPIC],
+        request=SendSerializer,
+        examples=[SEND_EXAMPLE],
+        responses=responses({200: SendResponseSerializer}),
+    )
+    def post(self, request: Request, topic: str) -> Response:
+        data = self.body(SendSerializer)
+        outgoing = [message_from(m) for m in data["messages"]]
+        if len(outgoing) == 1:  # mqcore names a lone message's fields without the index
+            self.mq_field_aliases = {name: f"messages[0].{name}" for name in _MESSAGE_FIELDS}
+        results = self.broker.send(topic, outgoing, born_host=born_host(request))
+        ids = [r.msg_id for r in results]
+        audit.record(
+            request,
+            "message.send",
+            "topic",
+            topic,
+            new={"count": len(results), "msg_ids": ids[:_MAX_AUDITED_IDS]},
+        )
+        return Response({"results": [send_result(r) for r in results]})
+
+    @extend_schema(
+        summary="Read messages of a topic",
+        description="Three modes, chosen by the parameters: **key query** (`key`, `begin`, "
+        "`end`, `limit`), **pull** (`queue_id`, `offset`, `limit`, `wait_ms`, `tag`: long "
+        "polling when `wait_ms` > 0) or **time browse** (`begin`, `end`, `limit`, `cursor`: "
+        "pages in store-time order; `exhausted` says whether the range is used up and "
+        "`next_cursor` where to resume, with the same begin and end).",
+        parameters=[TOPIC, ReadQuerySerializer],
+        responses=responses({200: PullPageSerializer}, *READ),
+    )
+    def get(self, request: Request, topic: str) -> Response:
+        q = self.query(ReadQuerySerializer)
+        force = q["body_encoding"] == "base64"
+        limit = q.get("limit", DEFAULT_READ_LIMIT)
+        mode = q["mode"]
+        self.broker.get_topic(topic)  # 404 first, whatever the mode
+        if mode == "pull":
+            result = self.broker.pull(
+                None,
+                topic,
+                q["queue_id"],
+                q.get("offset", 0),
+                limit,
+                tag_expression=q.get("tag") or "*",
+                wait_ms=q.get("wait_ms", 0),
+            )
+            return Response(
+                {
+                    "mode": mode,
+                    "status": str(result.status),
+                    "messages": [message_dict(m, force) for m in result.messages],
+                    "next_offset": result.next_offset,
+                    "min_offset": result.min_offset,
+                    "max_offset": result.max_offset,
+                }
+            )
+        begin = q.get("begin", 0)
+        end = q.get("end", self.now_ms())
+        if mode == "key":
+            found = self.broker.query_by_key(topic, q["key"], begin, end, limit)
+            return Response(
+                {
+                    "mode": mode,
+                    "begin": begin,
+                    "end": end,
+                    "messages": [message_dict(m, force) for m in found],
+                }
+            )
+        page = self.broker.browse(topic, begin, end, limit, q.get("cursor"))
+        return Response(
+            {
+                "mode": mode,
+                "begin": begin,
+                "end": end,
+                "messages": [message_dict(m, force) for m in page.messages],
+                "next_cursor": page.next_cursor,
+                "exhausted": page.exhausted,
+            }
+        )
+
+
+class MessageDetailView(BrokerView):
+    @extend_schema(
+        summary="Get a message by id",
+        description="By msgId (UNIQ_KEY) or offsetMsgId, with each group's consume status "
+        "(CONSUMED, PENDING, RETRYING, DLQ).",
+        parameters=[MSG_ID, MessageDetailQuerySerializer],
+        responses=responses({200: MessageDetailSerializer}, *READ),
+    )
+    def get(self, request: Request, msg_id: str) -> Response:
+        q = self.query(MessageDetailQuerySerializer)
+        view = self.broker.view_message(check_msg_id(msg_id))
+        if view is None:
+            raise NotFoundError("msg_id", "not_found", f"no message with id {msg_id!r}")
+        data: dict[str, Any] = message_dict(view.message, q["body_encoding"] == "base64")
+        data["home_topic"] = view.topic
+        data["broker_name"] = view.broker_name
+        data["consume_status"] = [
+            {
+                "group": s.group,
+                "state": str(s.state),
+                "committed_offset": s.committed_offset,
+                "reconsume_times": s.reconsume_times,
+            }
+            for s in view.statuses
+        ]
+        return Response(data)
+
+
+class RetryView(BrokerView):
+    @extend_schema(
+        summary="Send a message back for retry",
+        description="What a consumer does when it fails a message: the group gets it again "
+        "after the delay level's wait, or in %DLQ%<group> once retries are used up.",
+        parameters=[GROUP, MSG_ID],
+        request=RetrySerializer,
+        responses=responses({200: SendBackResultSerializer}),
+    )
+    def post(self, request: Request, group: str, msg_id: str) -> Response:
+        data = self.body(RetrySerializer)
+        self.broker.get_group(group)
+        result = self.broker.send_back(
+            group,
+            check_msg_id(msg_id),
+            data["delay_level"],
+            max_reconsume_times=data.get("max_reconsume_times"),
+        )
+        body = {
+            "action": str(result.action),
+            "reconsume_times": result.reconsume_times,
+            "delay_level": result.delay_level,
+            "result": send_result(result.send) if result.send is not None else None,
+        }
+        audit.record(request, "message.retry", "message", msg_id, new={"group": group, **body})
+        return Response(body)
+
+
+class DlqResendView(BrokerView):
+    @extend_schema(
+        summary="Resend a message from the group's DLQ",
+        description="Stores the %DLQ%<group> message again in its original topic (same "
+        "msgId, reconsume count 0).",
+        parameters=[GROUP, MSG_ID],
+        request=None,
+        responses=responses({200: SendResultSerializer}),
+    )
+    def post(self, request: Request, group: str, msg_id: str) -> Response:
+        self.broker.get_group(group)
+        result = send_result(self.broker.resend_from_dlq(group, check_msg_id(msg_id)))
+        audit.record(
+            request, "message.dlq_resend", "message", msg_id, new={"group": group, **result}
+        )
+        return Response(result)

@@ -1,0 +1,126 @@
+"""``/topics`` and ``/topics/{topic}``: list, create, get, update, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api import audit
+from api.serializers.common import PageQuerySerializer
+from api.serializers.topics import (
+    TOPIC_KINDS,
+    TopicCreateSerializer,
+    TopicDetailSerializer,
+    TopicPageSerializer,
+    TopicSerializer,
+    TopicUpdateSerializer,
+    topic_settings,
+)
+from api.views.base import BrokerView, paginate
+from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
+from mqcore.broker.types import TopicInfo, TopicStatus
+from mqcore.errors import NotFoundError
+
+
+class TopicListQuerySerializer(PageQuerySerializer):
+    kind = serializers.MultipleChoiceField(choices=TOPIC_KINDS, required=False)
+    search = serializers.CharField(required=False, max_length=255)
+
+
+class TopicListView(BrokerView):
+    @extend_schema(
+        operation_id="topics_list",
+        summary="List topics",
+        description="Sorted by name, with queue counts and stored message totals. "
+        "Filter with ?kind=normal|retry|dlq|system (repeatable) and ?search=<substring>.",
+        parameters=[TopicListQuerySerializer],
+        responses=responses({200: TopicPageSerializer}, *READ),
+    )
+    def get(self, request: Request) -> Response:
+        q = self.query(TopicListQuerySerializer)
+        topics = self.broker.list_topics()
+        if q.get("kind"):
+            topics = [t for t in topics if t.kind in q["kind"]]
+        if q.get("search"):
+            needle = q["search"].lower()
+            topics = [t for t in topics if needle in t.name.lower()]
+        return Response(paginate(request, topics, self._render))
+
+    def _render(self, topics: Any) -> list[Any]:
+        rows = []
+        for info in topics:
+            try:
+                status = self.broker.topic_status(info.name)
+            except NotFoundError:  # deleted since it was listed
+                continue
+            rows.append(TopicSerializer((info, status)).data)
+        return rows
+
+    @extend_schema(
+        summary="Create a topic",
+        request=TopicCreateSerializer,
+        examples=[TOPIC_EXAMPLE],
+        responses=responses({201: TopicDetailSerializer}),
+    )
+    def post(self, request: Request) -> Response:
+        data = self.body(TopicCreateSerializer)
+        name = data.pop("name")
+        self.mq_field_aliases = {"topic_name": "name"}
+        info = self.broker.create_topic(name, **data)
+        audit.record(request, "topic.create", "topic", name, new=topic_settings(info))
+        body = TopicDetailSerializer((info, self.broker.topic_status(name))).data
+        location = reverse("api:topic-detail", kwargs={"topic": name})
+        return Response(body, status=201, headers={"Location": location})
+
+
+class TopicDetailView(BrokerView):
+    def _detail(self, info: TopicInfo, status: TopicStatus) -> Any:
+        return TopicDetailSerializer((info, status)).data
+
+    @extend_schema(
+        summary="Get a topic",
+        description="Settings, and per queue the min/max offset and last store time.",
+        parameters=[TOPIC],
+        responses=responses({200: TopicDetailSerializer}, *READ),
+    )
+    def get(self, request: Request, topic: str) -> Response:
+        info = self.broker.get_topic(topic)
+        return Response(self._detail(info, self.broker.topic_status(topic)))
+
+    @extend_schema(
+        summary="Change a topic's settings",
+        parameters=[TOPIC],
+        request=TopicUpdateSerializer,
+        responses=responses({200: TopicDetailSerializer}),
+    )
+    def patch(self, request: Request, topic: str) -> Response:
+        changes = self.body(TopicUpdateSerializer)
+        old = self.broker.get_topic(topic)
+        new = self.broker.update_topic(topic, **changes)
+        audit.record(
+            request,
+            "topic.update",
+            "topic",
+            topic,
+            old=topic_settings(old),
+            new=topic_settings(new),
+        )
+        return Response(self._detail(new, self.broker.topic_status(topic)))
+
+    @extend_schema(
+        summary="Delete a topic",
+        description="Removes the topic, its queue files and every group's offsets on it.",
+        parameters=[TOPIC],
+        request=None,
+        responses={204: None, **problems(400, 401, 403, 404, 503)},
+    )
+    def delete(self, request: Request, topic: str) -> Response:
+        old = self.broker.get_topic(topic)
+        self.broker.delete_topic(topic)
+        audit.record(request, "topic.delete", "topic", topic, old=topic_settings(old))
+        return Response(status=204)
