@@ -1,4 +1,5 @@
-"""Cairn's Kafka wire-protocol listener: a sans-I/O codec (handlers and server come later).
+"""Cairn's Kafka wire-protocol listener: a sans-I/O codec, handlers over the Broker, a group
+coordinator and an asyncio server (``runbroker`` starts it; README "Kafka clients").
 
 Modules, bottom up (each depends only on those above it):
 
@@ -13,6 +14,12 @@ Modules, bottom up (each depends only on those above it):
 ``compression``    gzip / snappy (xerial and raw) / lz4 / zstd for record batches
 ``records``        record batch v2: split, CRC-32C, decode, encode
 ``connection``     :class:`KafkaServerConnection`: events in, ordered responses out
+``mapping``        Kafka names and records ↔ store topics, groups and messages
+``group_state``    group states, members and groups (the coordinator's data)
+``coordinator``    :class:`GroupCoordinator`: the classic consumer-group state machine
+``idempotence``    producer ids and per-partition sequence state
+``handlers``       one function per API, turning requests into Broker calls
+``server``         :class:`KafkaListener`: ``asyncio.start_server`` around the above
 =================  =====================================================================
 
 Messages are plain dicts (see ``structs``); records are :class:`Record` tuples. Every

@@ -1,12 +1,16 @@
-"""``python manage.py runbroker``: one process serving HTTP, WebSocket and (soon) Kafka.
+"""``python manage.py runbroker``: one process serving HTTP, WebSocket and Kafka.
 
 Daphne serves the ASGI application on Twisted's asyncio reactor, so every listener of the
-broker shares one asyncio event loop. SIGINT and SIGTERM stop the reactor; the runtime is
-then stopped so the store is closed cleanly.
+broker shares one asyncio event loop: the Kafka listener (``kafka_listener.server``) is
+started on that loop once the reactor runs, on ``CAIRN_HTTP_HOST`` and
+``CAIRN_KAFKA_PORT`` (0 turns it off; a port that cannot be bound is reported and HTTP
+keeps serving), and closed by a "before shutdown" trigger. SIGINT
+and SIGTERM stop the reactor; the runtime is then stopped so the store is closed cleanly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sys
 from typing import Any
@@ -20,6 +24,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from cairn import runtime
+from kafka_listener.handlers import ListenerConfig
+from kafka_listener.server import KafkaListener
 from mqcore.errors import MQError
 
 
@@ -27,6 +33,7 @@ class _Server(daphne.server.Server):  # type: ignore[misc]
     """Daphne's server, remembering why a listen failed so the command can say it."""
 
     listen_failure: str | None = None
+    kafka_failure: str | None = None
 
     def listen_error(self, failure: Any) -> None:
         self.listen_failure = failure.getErrorMessage()
@@ -81,13 +88,52 @@ class Command(BaseCommand):
             self.stdout.flush()
 
         server = _Server(application, endpoints=[_endpoint(host, port)], ready_callable=ready)
+        kafka_port = cfg["KAFKA_PORT"]
         try:
+            if kafka_port:
+                self._schedule_kafka(rt, server, host, kafka_port)
             server.run()
         finally:
             rt.stop()
         if server.listen_failure:
             raise CommandError(f"cannot listen on {url_host}:{port}: {server.listen_failure}")
         self.stdout.write("Cairn broker stopped.")
+
+    def _schedule_kafka(self, rt: Any, server: _Server, host: str, port: int) -> None:
+        """Start the Kafka listener on the reactor's asyncio loop once it runs; close it
+        before the reactor shuts down (while the loop still runs)."""
+        from twisted.internet import defer, reactor
+
+        listener = KafkaListener(
+            rt.broker,
+            ListenerConfig(
+                host=host, port=port, auto_create_topics=bool(settings.CAIRN["AUTO_CREATE_TOPICS"])
+            ),
+        )
+
+        def failed(failure: Any) -> None:
+            # Not fatal: HTTP keeps serving (the Kafka port is an extra, on by default, and
+            # may be taken by a real Kafka); say so loudly instead.
+            server.kafka_failure = failure.getErrorMessage()
+            self._say(
+                f"Kafka listener NOT started: cannot listen on {host}:{port}: "
+                f"{server.kafka_failure} (set CAIRN_KAFKA_PORT, or 0 to turn it off)"
+            )
+
+        def start() -> None:
+            started = defer.Deferred.fromFuture(asyncio.ensure_future(listener.start()))
+            started.addCallback(lambda _: self._say(f"Kafka clients: {host}:{listener.port}"))
+            started.addErrback(failed)
+
+        def stop() -> Any:
+            return defer.Deferred.fromFuture(asyncio.ensure_future(listener.close()))
+
+        reactor.callWhenRunning(start)
+        reactor.addSystemEventTrigger("before", "shutdown", stop)
+
+    def _say(self, text: str) -> None:
+        self.stdout.write(text)
+        self.stdout.flush()
 
     def _ensure_admin(self, host: str, port: int) -> None:
         """Create the first admin with a random password, printed once (never a fixed one)."""
@@ -102,7 +148,7 @@ class Command(BaseCommand):
                 [
                     "",
                     "First start: created the administrator account.",
-                    f"  log in at http://{url_host}:{port}/admin/",
+                    f"  log in at http://{url_host}:{port}/login/",
                     "  user:     admin",
                     f"  password: {password}",
                     "It is shown only now. Change it with: python manage.py changepassword admin",

@@ -1,0 +1,100 @@
+"""What every handler receives: the listener's settings and shared state, and the call."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mqcore.broker.broker import Broker
+from mqcore.clock import Clock, SystemClock
+from mqcore.store.msgid import HostAddress
+
+from ..coordinator import DEFAULT_INITIAL_REBALANCE_DELAY_MS, GroupCoordinator
+from ..framing import DEFAULT_MAX_FRAME_BYTES
+from ..idempotence import ProducerStates
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    """Settings of the Kafka listener.
+
+    Attributes:
+        host, port: where to listen; port 0 picks a free port (tests).
+        advertised_host, advertised_port: what Metadata and FindCoordinator tell clients
+            to connect to; default the listen address (a wildcard host advertises
+            127.0.0.1) and the bound port.
+        node_id: this broker's Kafka node id (also the controller id).
+        cluster_id: reported in Metadata v2+.
+        auto_create_topics: a Metadata request for an unknown topic that allows
+            auto-creation creates it (with ``default_partitions``).
+        default_partitions: partitions for auto-created topics and CreateTopics with -1
+            (Kafka's ``num.partitions`` default is 1).
+        initial_rebalance_delay_ms: ``group.initial.rebalance.delay.ms``.
+        max_frame_bytes: largest request (Kafka's ``socket.request.max.bytes``).
+        max_fetch_records: most records one Fetch returns per partition.
+        tick_interval_s: how often the group coordinator's timers are checked.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    node_id: int = 0
+    cluster_id: str = "cairn"
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_fetch_records: int = 4096
+    tick_interval_s: float = 0.05
+
+
+@dataclass
+class KafkaContext:
+    """Shared state of one listener. The coordinator is used from the event loop only;
+    ``producers`` is thread-safe; ``commit_metadata`` sees single dict operations from
+    worker threads (atomic under the GIL)."""
+
+    broker: Broker
+    config: ListenerConfig
+    clock: Clock = field(default_factory=SystemClock)
+    coordinator: GroupCoordinator = field(init=False)
+    producers: ProducerStates = field(init=False)
+    versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    advertised: tuple[str, int] = ("127.0.0.1", 9092)
+    # (group id, topic, partition) -> commit metadata (RocketMQ's offsets have no slot).
+    commit_metadata: dict[tuple[str, str, int], str | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.coordinator = GroupCoordinator(
+            self.clock, initial_rebalance_delay_ms=self.config.initial_rebalance_delay_ms
+        )
+        self.producers = ProducerStates(self.clock)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One decoded request and where it came from."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    request: dict[str, Any]
+    peer: HostAddress | None = None
+
+    @property
+    def client_host(self) -> str:
+        """The peer as Kafka shows it in DescribeGroups (``/127.0.0.1``)."""
+        return f"/{self.peer.ip}" if self.peer is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A response that becomes ready later. The server goes on with the connection's
+    next requests meanwhile; the connection still sends the responses in request order.
+    Produce uses it to wait for its records to become readable without holding up the
+    producer's next batches."""
+
+    response: Awaitable[dict[str, Any]]

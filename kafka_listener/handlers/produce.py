@@ -1,0 +1,192 @@
+"""Produce (0) and InitProducerId (22): kafka-protocol.md sections 2.5, 2.13 and 3.5.
+
+A partition's ``records`` must hold exactly one v2 batch with a valid CRC-32C. Its records
+are decompressed (gzip, snappy framed or raw, lz4, zstd), checked (offset deltas
+0, 1, …, n-1), turned into messages (``mapping.record_to_message``) and stored with one
+:meth:`Broker.send`, which appends them contiguously: the batch's base offset is the
+first message's queue offset. The whole request runs in one worker thread.
+
+Per-partition errors: INVALID_TOPIC_EXCEPTION (17) for names Cairn cannot hold;
+UNKNOWN_TOPIC_OR_PARTITION (3) for unknown topics (no auto-creation on Produce; clients
+create through Metadata or CreateTopics) and partitions; CORRUPT_MESSAGE (2),
+INVALID_RECORD (87), UNSUPPORTED_COMPRESSION_TYPE (76) from the batch decoder;
+MESSAGE_TOO_LARGE (10) for a batch over 4 MiB (``BrokerConfig.max_batch_bytes``; checked
+on the compressed bytes before decompressing, and again on the decompressed bodies) or a
+message the store refuses by size; TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) for transactional requests or
+batches (transactions are not offered); 45/47 from the idempotence check. acks other
+than -1, 0, 1 → INVALID_REQUIRED_ACKS (21) everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mqcore.broker.broker import Broker
+from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
+
+from .. import mapping
+from ..errors import ErrorCode, error_code_for
+from ..idempotence import ProducerStates
+from ..records import decode_batch
+from .context import Call, KafkaContext, Later
+from .topics import kafka_topic
+
+QueueRef = tuple[str, int, int]
+_VISIBLE_AT = "_visible_at"  # private key: where a stored batch ends, popped before replying
+MAX_VISIBILITY_WAIT_MS = 5_000
+# Polled, not notified: the broker's arrival notifier wakes a waiter once per dispatched
+# record, which for a batch of thousands costs more than the dispatch itself; a 1 ms poll
+# of the in-memory queue offsets costs nothing measurable and adds at most 1 ms.
+VISIBILITY_POLL_S = 0.001
+
+_SEND_ERRORS: dict[type[BaseException], ErrorCode] = {
+    NotFoundError: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    MessageIllegalError: ErrorCode.MESSAGE_TOO_LARGE,
+    ValidationError: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,  # queue_id out of range
+}
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode) -> None:
+        self.code = code
+
+
+def _partition_reply(code: int, base_offset: int = -1, log_start: int = -1) -> dict[str, Any]:
+    return {
+        "error_code": int(code),
+        "base_offset": base_offset,
+        "log_append_time_ms": -1,
+        "log_start_offset": log_start,
+    }
+
+
+def _store_partition(
+    broker: Broker,
+    producers: ProducerStates,
+    topic: str,
+    partition: int,
+    records: bytes | None,
+    call: Call,
+) -> dict[str, Any]:
+    """Decode, check and store one partition's batch. Runs in a worker thread."""
+    if records is None:
+        return _partition_reply(ErrorCode.INVALID_RECORD)
+    if len(records) > broker.config.max_batch_bytes:  # checked before any decompression
+        return _partition_reply(ErrorCode.MESSAGE_TOO_LARGE)
+    try:
+        batch = decode_batch(records)
+        header = batch.header
+        if header.is_transactional or header.is_control:
+            raise _Refused(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        count = len(batch.records)
+        if count == 0 or header.last_offset_delta != count - 1:
+            raise _Refused(ErrorCode.INVALID_RECORD)
+        for expected, record in enumerate(batch.records):
+            if record.offset_delta != expected:
+                raise _Refused(ErrorCode.INVALID_RECORD)
+        messages = [mapping.record_to_message(r, partition) for r in batch.records]
+        if header.producer_id >= 0:
+            key = (header.producer_id, topic, partition)
+            with producers.lock(header.producer_id):
+                code, duplicate_at = producers.check(
+                    key, header.producer_epoch, header.base_sequence, count
+                )
+                if code != ErrorCode.NONE:
+                    raise _Refused(code)
+                if duplicate_at is not None:
+                    return _partition_reply(ErrorCode.NONE, duplicate_at, -1)
+                base = broker.send(topic, messages, born_host=call.peer)[0].queue_offset
+                producers.record(key, header.producer_epoch, header.base_sequence, count, base)
+        else:
+            base = broker.send(topic, messages, born_host=call.peer)[0].queue_offset
+        reply = _partition_reply(ErrorCode.NONE, base, broker.store.min_offset(topic, partition))
+        reply[_VISIBLE_AT] = (topic, partition, base + count - 1)
+        return reply
+    except _Refused as refused:
+        return _partition_reply(refused.code)
+    except MQError as exc:
+        return _partition_reply(error_code_for(exc, _SEND_ERRORS))
+
+
+def _store_all(ctx: KafkaContext, call: Call, error: ErrorCode | None) -> list[dict[str, Any]]:
+    broker = ctx.broker
+    responses = []
+    for topic_data in call.request["topic_data"]:
+        name = topic_data["name"]
+        topic_error = error
+        if topic_error is None and mapping.kafka_topic_error(name) is not None:
+            topic_error = ErrorCode.INVALID_TOPIC_EXCEPTION
+        store_topic = mapping.to_store_topic(name)
+        if topic_error is None and kafka_topic(broker, name) is None:
+            topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        partitions = []
+        for part in topic_data["partition_data"]:
+            if topic_error is not None:
+                reply = _partition_reply(topic_error)
+            else:
+                reply = _store_partition(
+                    broker, ctx.producers, store_topic, part["index"], part["records"], call
+                )
+            reply["index"] = part["index"]
+            partitions.append(reply)
+        responses.append({"name": name, "partition_responses": partitions})
+    return responses
+
+
+async def produce(ctx: KafkaContext, call: Call) -> Later | None:
+    """Store every partition's batch (in request order: the stores of one connection run
+    one after the other), then answer once the records are readable; None (no response
+    at all) for acks=0."""
+    acks = call.request["acks"]
+    error: ErrorCode | None = None
+    if acks not in (-1, 0, 1):
+        error = ErrorCode.INVALID_REQUIRED_ACKS
+    elif call.request["transactional_id"] is not None:
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    responses = await asyncio.to_thread(_store_all, ctx, call, error)
+    refs = [
+        reply.pop(_VISIBLE_AT)
+        for topic in responses
+        for reply in topic["partition_responses"]
+        if _VISIBLE_AT in reply
+    ]
+    if acks == 0:
+        return None
+    timeout_ms = min(max(call.request["timeout_ms"], 0), MAX_VISIBILITY_WAIT_MS)
+    return Later(
+        _when_visible(ctx, refs, timeout_ms, {"responses": responses, "throttle_time_ms": 0})
+    )
+
+
+async def _when_visible(
+    ctx: KafkaContext, refs: list[QueueRef], timeout_ms: int, response: dict[str, Any]
+) -> dict[str, Any]:
+    """Wait until reput has dispatched every stored batch (so a consumer, ListOffsets or
+    the REST API asked after the acknowledgement sees the records, as with Kafka), at most
+    ``timeout_ms``; the records are stored either way."""
+    store = ctx.broker.store
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_ms / 1000
+    pending = refs
+    while pending and loop.time() < deadline:
+        await asyncio.sleep(VISIBILITY_POLL_S)
+        pending = [r for r in pending if store.max_offset(r[0], r[1]) <= r[2]]
+    return response
+
+
+async def init_producer_id(ctx: KafkaContext, call: Call) -> dict[str, Any]:
+    """A new producer id (epoch 0); transactional ids are refused (53)."""
+    if call.request["transactional_id"] is not None:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "producer_id": ctx.producers.new_producer_id(),
+        "producer_epoch": 0,
+    }

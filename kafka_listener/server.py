@@ -1,0 +1,199 @@
+"""The asyncio transport: accept TCP connections and run each through the sans-I/O codec.
+
+Per connection (httpcore ``_async/http11.py`` style)::
+
+    read ≤ 64 KiB ─▶ conn.receive_data ─▶ RequestReceived … ─▶ await handlers.dispatch
+         ▲                                                        │
+         └── writer.drain ◀── writer.write(conn.data_to_send()) ◀─ send_response / no_response
+
+Requests of one connection are handled one after the other, in arrival order, as Kafka
+does (so one producer's pipelined batches are stored in order); responses leave in
+request order. A request that waits (a Fetch long poll, JoinGroup, SyncGroup) awaits
+without blocking the event loop, so other connections are served meanwhile. A Produce
+answers with a ``Later`` (it waits for its records to become readable): that wait runs
+as its own task while the connection's next requests are handled, and the connection
+puts the answer in its place in the response order. A
+``RemoteProtocolError`` (malformed frame, unknown API or version, oversized request)
+closes that connection only, after logging; so does an unexpected handler error (logged
+with its traceback). Nothing is stored for a request that failed to decode.
+
+A timer task calls the group coordinator's ``tick`` every ``tick_interval_s``.
+
+Thread-safety: a listener lives on one event loop; :meth:`KafkaListener.start` and
+:meth:`close` must be awaited on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+from mqcore.broker.broker import Broker
+from mqcore.clock import Clock, SystemClock
+from mqcore.errors import RemoteProtocolError
+from mqcore.store.msgid import HostAddress
+
+from .connection import ConnectionClosed, KafkaServerConnection
+from .handlers import Call, KafkaContext, Later, ListenerConfig, dispatch, supported_versions
+from .mapping import born_host
+
+log = logging.getLogger(__name__)
+READ_BYTES = 64 * 1024
+
+
+class KafkaListener:
+    """The Kafka wire-protocol listener over one started :class:`Broker`."""
+
+    def __init__(self, broker: Broker, config: ListenerConfig, clock: Clock | None = None):
+        self.config = config
+        self.ctx = KafkaContext(
+            broker, config, clock or SystemClock(), versions=supported_versions()
+        )
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("the listener is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        """Bind and start accepting. Raises OSError when the address is taken."""
+        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port)
+        host = self.config.advertised_host or self.config.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        self.ctx.advertised = (host, self.config.advertised_port or self.port)
+        self._ticker = asyncio.create_task(self._tick())
+        log.info(
+            "Kafka listener on %s:%d (advertised %s:%d)",
+            self.config.host,
+            self.port,
+            *self.ctx.advertised,
+        )
+
+    async def close(self) -> None:
+        """Stop accepting, answer parked group requests, close every connection."""
+        if self._server is not None:
+            self._server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self.ctx.coordinator.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(
+            *self._tasks, *(t for t in [self._ticker] if t), return_exceptions=True
+        )
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.tick_interval_s)
+            try:
+                self.ctx.coordinator.tick()
+            except Exception:  # a coordinator bug must not stop group timers for good
+                log.exception("group coordinator tick failed")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = born_host(writer.get_extra_info("peername"))
+        conn = KafkaServerConnection(self.config.max_frame_bytes, self.ctx.versions)
+        try:
+            await self._run(conn, reader, writer, peer)
+        except RemoteProtocolError as exc:
+            log.info("closing Kafka connection from %s: %s (error %d)", peer, exc, exc.error_code)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("closing Kafka connection from %s after a handler error", peer)
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _run(
+        self,
+        conn: KafkaServerConnection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: HostAddress | None,
+    ) -> None:
+        pending: set[asyncio.Future[None]] = set()
+        try:
+            await self._read_loop(conn, reader, writer, peer, pending)
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def _answer_later(
+        self,
+        conn: KafkaServerConnection,
+        writer: asyncio.StreamWriter,
+        correlation_id: int,
+        later: Later,
+    ) -> None:
+        try:
+            response = await later.response
+            conn.send_response(correlation_id, response)
+            self._flush(conn, writer)
+        except Exception:  # the connection is unusable now: its answers would be out of order
+            log.exception("closing a Kafka connection: a deferred response failed")
+            writer.transport.abort()
+
+    async def _read_loop(
+        self,
+        conn: KafkaServerConnection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: HostAddress | None,
+        pending: set[asyncio.Future[None]],
+    ) -> None:
+        while True:
+            data = await reader.read(READ_BYTES)
+            for event in conn.receive_data(data):
+                if isinstance(event, ConnectionClosed):  # finish what was accepted, then close
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    self._flush(conn, writer)
+                    await writer.drain()
+                    return
+                call = Call(
+                    event.api_key,
+                    event.api_version,
+                    event.correlation_id,
+                    event.client_id,
+                    event.request,
+                    peer,
+                )
+                response = await dispatch(self.ctx, call)
+                if isinstance(response, Later):
+                    later = self._answer_later(conn, writer, event.correlation_id, response)
+                    task = asyncio.ensure_future(later)
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                elif event.expects_response:
+                    assert response is not None
+                    conn.send_response(event.correlation_id, response)
+                else:
+                    conn.no_response(event.correlation_id)
+                self._flush(conn, writer)
+            self._flush(conn, writer)  # replies the connection made itself (ApiVersions)
+            await writer.drain()
+
+    @staticmethod
+    def _flush(conn: KafkaServerConnection, writer: asyncio.StreamWriter) -> None:
+        out = conn.data_to_send()
+        if out:
+            writer.write(out)

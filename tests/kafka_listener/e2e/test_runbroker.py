@@ -1,0 +1,169 @@
+"""``manage.py runbroker`` with the Kafka listener on: Kafka clients and the REST API share
+one store (a Kafka-produced message is found over REST by its key, a REST-sent message is
+consumed by a Kafka client), and the listener closes cleanly with the process."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, free_port, wait_for_port
+
+with warnings.catch_warnings():  # kafka-python 3.0 loads its schemas with a deprecated API
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+class Rest:
+    """A logged-in REST session (session cookie + CSRF header, as the console does)."""
+
+    def __init__(self, base: str, user: str, password: str) -> None:
+        self.base = base
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+        self.call("POST", "/api/v1/auth/login", {"username": user, "password": password})
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {"Content-Type": "application/json"}
+        csrf = next((c.value for c in self.jar if c.name == "csrftoken"), None)
+        if csrf:
+            headers["X-CSRFToken"] = csrf
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data, headers, method=method)
+        with self.opener.open(request, timeout=10) as response:
+            return json.load(response)
+
+
+def test_kafka_and_rest_share_the_store(tmp_path: Path) -> None:
+    http_port, kafka_port = free_port(), free_port()
+    env = dict(
+        os.environ,
+        CAIRN_DATA_DIR=str(tmp_path),
+        CAIRN_HTTP_PORT=str(http_port),
+        CAIRN_KAFKA_PORT=str(kafka_port),
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("CAIRN_STORE_DIR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runbroker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    bootstrap = f"127.0.0.1:{kafka_port}"
+    early = ""
+    try:
+        wait_for_port(http_port, 60, proc)
+        wait_for_port(kafka_port, 30, proc)
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics([NewTopic("shop.orders", 1, 1)])
+        admin.close()
+        producer = KafkaProducer(bootstrap_servers=bootstrap)
+        producer.send(
+            "shop.orders", key=b"order-42", value=b"from kafka", headers=[("origin", b"kafka")]
+        ).get(10)
+        producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        tp = TopicPartition("shop.orders", 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list[Any] = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got += records
+        assert [(r.key, r.value) for r in got] == [(b"order-42", b"from kafka")]
+        early = _read_until_kafka_line(proc)
+        password = early.split("password: ")[1].split()[0] if "password: " in early else None
+        if password is not None:
+            _rest_cross_check(f"http://127.0.0.1:{http_port}", password, consumer, tp)
+        consumer.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    text = early + out.decode()
+    assert proc.returncode == 0, text
+    assert f"Kafka clients: 127.0.0.1:{kafka_port}" in text
+    assert "Cairn broker stopped." in text
+
+
+def _read_until_kafka_line(proc: subprocess.Popen[bytes]) -> str:
+    """stdout up to the "Kafka clients:" line (the admin password is printed before it)."""
+    assert proc.stdout is not None
+    seen = b""
+    while b"Kafka clients:" not in seen:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    return seen.decode()
+
+
+def _rest_cross_check(base: str, password: str, consumer: KafkaConsumer, tp: Any) -> None:
+    rest = Rest(base, "admin", password)
+    topic = urllib.parse.quote("shop|orders", safe="")
+    by_key = rest.call("GET", f"/api/v1/topics/{topic}/messages?key=order-42")
+    (found,) = by_key["messages"]
+    assert found["keys"] == ["order-42"] and found["properties"]["origin"] == "kafka"
+    rest.call(
+        "POST",
+        f"/api/v1/topics/{topic}/messages",
+        {"messages": [{"body": "from rest", "keys": ["rest-1"], "queue_id": 0}]},
+    )
+    got: list[Any] = []
+    deadline = time.monotonic() + 20
+    while not got and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=200).values():
+            got += records
+    assert [(r.offset, r.key, r.value) for r in got] == [(1, b"rest-1", b"from rest")]
+
+
+def test_busy_kafka_port_is_reported_and_http_keeps_serving(tmp_path: Path) -> None:
+    import socket
+
+    http_port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        kafka_port = taken.getsockname()[1]
+        env = dict(
+            os.environ,
+            CAIRN_DATA_DIR=str(tmp_path),
+            CAIRN_HTTP_PORT=str(http_port),
+            CAIRN_KAFKA_PORT=str(kafka_port),
+            PYTHONUNBUFFERED="1",
+        )
+        env.pop("CAIRN_STORE_DIR", None)
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runbroker"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_port(http_port, 60, proc)
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz", timeout=10) as r:
+                assert json.load(r)["status"] == "ok"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert f"Kafka listener NOT started: cannot listen on 127.0.0.1:{kafka_port}" in text
