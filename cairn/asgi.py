@@ -9,18 +9,19 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 # Django must be set up before anything imports models (Channels' auth does).
 django_http = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from webui.routing import websocket_urlpatterns  # noqa: E402
+from webui.metrics import sampler  # noqa: E402
+from webui.routing import websocket_application  # noqa: E402
 
+# WebSocket: origin check, session or ?token= authentication, then the routes (webui.auth).
 application = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_http),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": websocket_application(),
     }
 )
+
+# The console's throughput chart samples the broker's counters from now on (webui.metrics).
+sampler.start()

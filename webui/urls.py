@@ -1,5 +1,34 @@
+"""Console routes. Names live in the ``webui`` namespace (``{% url 'webui:topic' name %}``)."""
+
 from django.urls import path
 
-from webui import views
+from webui.views import accounts, audit, config, groups, messages, overview, topics, trace
 
-urlpatterns = [path("", views.home, name="home")]
+app_name = "webui"
+
+urlpatterns = [
+    path("", overview.overview, name="overview"),
+    path("login/", accounts.LoginView.as_view(), name="login"),
+    path("logout/", accounts.LogoutView.as_view(), name="logout"),
+    path("topics/", topics.topic_list, name="topics"),
+    path("topics/new/", topics.topic_create, name="topic-new"),
+    path("topics/<str:name>/", topics.topic_detail, name="topic"),
+    path("topics/<str:name>/edit/", topics.topic_edit, name="topic-edit"),
+    path("topics/<str:name>/delete/", topics.topic_delete, name="topic-delete"),
+    path("topics/<str:name>/send/", topics.topic_send, name="topic-send"),
+    path("groups/", groups.group_list, name="groups"),
+    path("groups/new/", groups.group_create, name="group-new"),
+    path("groups/<str:name>/", groups.group_detail, name="group"),
+    path("groups/<str:name>/edit/", groups.group_edit, name="group-edit"),
+    path("groups/<str:name>/delete/", groups.group_delete, name="group-delete"),
+    path("groups/<str:name>/reset/", groups.group_reset, name="group-reset"),
+    path("groups/<str:name>/dlq/", groups.group_dlq, name="group-dlq"),
+    path("messages/", messages.message_search, name="messages"),
+    path("messages/stream/", messages.message_stream, name="message-stream"),
+    path("messages/<str:msg_id>/", messages.message_detail, name="message"),
+    path("messages/<str:msg_id>/body/", messages.message_body, name="message-body"),
+    path("trace/", trace.trace_page, name="trace"),
+    path("config/", config.config_page, name="config"),
+    path("config/<str:document>/download/", config.config_download, name="config-download"),
+    path("audit/", audit.audit_log, name="audit"),
+]

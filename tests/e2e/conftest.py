@@ -1,0 +1,125 @@
+"""Browser tests: a real ``manage.py runbroker`` on free ports with its own data dir, driven
+by Playwright through Debian's chromium (never a downloaded browser)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, free_port, wait_for_port
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking"]
+SCREENSHOTS = REPO / "test-output" / "screenshots"
+PASSWORD = "e2e-console-password"
+
+
+@dataclass
+class Server:
+    base: str
+    admin_token: str
+    operator_token: str
+    data_dir: Path
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
+        request = urllib.request.Request(
+            f"{self.base}/api/v1{path}",
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={
+                "Authorization": f"Token {token or self.operator_token}",
+                "Content-Type": "application/json",
+            },
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    data_dir = tmp_path_factory.mktemp("cairn-e2e")
+    port = free_port()
+    env = dict(
+        os.environ,
+        CAIRN_DATA_DIR=str(data_dir),
+        CAIRN_HTTP_PORT=str(port),
+        CAIRN_KAFKA_PORT="0",
+        PYTHONUNBUFFERED="1",
+        DJANGO_SUPERUSER_PASSWORD=PASSWORD,
+    )
+    for name in ("CAIRN_STORE_DIR", "CAIRN_REDIS_URL", "CAIRN_SERVICES", "DATABASE_URL"):
+        env.pop(name, None)
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "createsuperuser", "--noinput", "--username", "ops", "--email", "ops@example.com")
+    admin_token = (
+        _manage(env, "createtoken", "root-bot", "--role", "admin").strip().splitlines()[-1]
+    )
+    operator_token = (
+        _manage(env, "createtoken", "bot", "--role", "operator").strip().splitlines()[-1]
+    )
+    log = (data_dir / "broker.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runbroker"], cwd=REPO, env=env, stdout=log, stderr=log
+    )
+    try:
+        wait_for_port(port, 60, proc)
+        yield Server(f"http://127.0.0.1:{port}", admin_token, operator_token, data_dir)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (tools/system-deps.sh)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+def shot(page: Any, name: str, full_page: bool = True) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+
+
+def log_in(page: Any, base: str, username: str = "ops", password: str = PASSWORD) -> None:
+    page.goto(f"{base}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")

@@ -1,0 +1,72 @@
+"""Who may see and do what in the console, and the broker the pages talk to.
+
+Roles are the REST API's (:mod:`api.roles`): viewers read, operators change topics, groups,
+offsets and messages and read the audit log, admins also import config documents. Pages hide
+the buttons a role may not use; :func:`console_page` enforces the same rules on the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from api.roles import OPERATOR, VIEWER, has_role, role_of
+from cairn import runtime
+from mqcore.broker import Broker
+from mqcore.errors import NotFoundError
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class BrokerDown(Exception):
+    """The broker is not running in this process."""
+
+
+def get_broker() -> Broker:
+    broker = runtime.current().broker
+    if broker is None or not broker.started:
+        raise BrokerDown()
+    return broker
+
+
+def refuse(request: HttpRequest, needed: str, status: int = 403) -> HttpResponse:
+    role = role_of(request.user)
+    return render(
+        request,
+        "webui/refused.html",
+        {"needed": needed, "role": role, "section": ""},
+        status=status,
+    )
+
+
+def console_page(
+    read_role: str = VIEWER, write_role: str = OPERATOR
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Log-in required; ``read_role`` for GET/HEAD, ``write_role`` for other methods. A stopped
+    broker answers 503 with a page saying so, an unknown topic/group/message 404."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            needed = read_role if request.method in SAFE_METHODS else write_role
+            if not has_role(request.user, needed):
+                return refuse(request, needed)
+            try:
+                return view(request, *args, **kwargs)
+            except BrokerDown:
+                return render(request, "webui/unavailable.html", {"section": ""}, status=503)
+            except NotFoundError as exc:
+                return render(
+                    request, "webui/not_found.html", {"detail": str(exc), "section": ""}, status=404
+                )
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,471 @@
+"""``/groups/``: subscription groups, their lag per topic and queue, offset reset with a
+dry-run preview, and the dead-letter queue with resend.
+
+Input is checked by the REST API's serializers; every change goes to the audit log with the
+API's action names (``group.create``, ``group.offsets.reset``, ``message.dlq_resend`` ...).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+
+from api import audit
+from api.roles import OPERATOR
+from api.serializers.groups import (
+    GroupCreateSerializer,
+    GroupUpdateSerializer,
+    ResetSerializer,
+    group_dict,
+    lag_dict,
+    plan_dict,
+)
+from api.serializers.messages import send_result
+from mqcore.broker import Broker, GroupInfo
+from mqcore.errors import MQError
+from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
+from mqcore.store.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
+from webui.access import console_page, get_broker
+from webui.format import format_pairs, parse_pairs
+from webui.search import parse_time, row
+from webui.views.common import checkbox, mq_errors, validate
+
+PAGE_SIZE = 100
+DLQ_PAGE = 50
+BOOL_FIELDS = (
+    ("consume_enable", "Consuming enabled", "off: pulls of this group are refused"),
+    ("consume_from_min_enable", "Start from the earliest", "a new group starts at the min offset"),
+    ("consume_broadcast_enable", "Broadcast allowed", "each consumer gets every message"),
+    ("consume_message_orderly", "Orderly", "consume one queue at a time, in order"),
+    (
+        "notify_consumer_ids_changed_enable",
+        "Notify on rebalance",
+        "tell clients when members change",
+    ),
+)
+INT_FIELDS = (
+    ("retry_max_times", "Max retries", "then the message goes to the DLQ"),
+    ("retry_queue_nums", "Retry queues", "0: failed messages are dropped"),
+    ("consume_timeout_minute", "Consume timeout (min)", ""),
+    ("broker_id", "Broker id", "0 = master"),
+    ("which_broker_when_consume_slowly", "Broker when slow", ""),
+)
+GROUP_ALIASES = {"group_name": "name", "group": "name"}
+
+
+def _settings(g: GroupInfo) -> dict[str, Any]:
+    data = group_dict(g)
+    for derived in ("broker_name", "system", "topics"):
+        data.pop(derived)
+    return data
+
+
+def _dlq_count(broker: Broker, group: str) -> int | None:
+    name = dlq_topic_name(group)
+    if broker.metadata.topics.get(name) is None:
+        return None
+    return broker.topic_status(name).message_count
+
+
+@console_page()
+def group_list(request: HttpRequest) -> HttpResponse:
+    broker = get_broker()
+    q = request.GET.get("q", "").strip()
+    show_system = request.GET.get("system") == "1"
+    groups = [g for g in broker.list_groups() if show_system or not g.system]
+    if q:
+        groups = [g for g in groups if q.lower() in g.name.lower()]
+    page = Paginator(groups, PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = []
+    for info in page.object_list:
+        try:
+            lag = broker.group_lag(info.name)
+        except MQError:
+            continue
+        rows.append(
+            {
+                "info": info,
+                "lag": lag.total_lag,
+                "lag_ms": lag.max_lag_ms,
+                "topics": sorted({q.topic for q in lag.queues}),
+                "dlq": _dlq_count(broker, info.name),
+            }
+        )
+    return render(
+        request,
+        "webui/groups.html",
+        {
+            "section": "groups",
+            "rows": rows,
+            "page": page,
+            "q": q,
+            "show_system": show_system,
+            "total": len(groups),
+        },
+    )
+
+
+def _group_form_data(post: QueryDict, *, create: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    errors: dict[str, str] = {}
+    data: dict[str, Any] = {}
+    for name, *_ in BOOL_FIELDS:
+        data[name] = "true" if checkbox(post, name) else "false"
+    for name, *_ in INT_FIELDS:
+        raw = post.get(name, "").strip()
+        if raw:
+            data[name] = raw
+    try:
+        data["attributes"] = parse_pairs(post.get("attributes", ""))
+    except ValueError as exc:
+        errors["attributes"] = str(exc)
+    policy = post.get("group_retry_policy", "").strip()
+    if policy:
+        try:
+            data["group_retry_policy"] = json.loads(policy)
+        except ValueError as exc:
+            errors["group_retry_policy"] = f"not valid JSON: {exc}"
+    if create:
+        data["name"] = post.get("name", "").strip()
+    return data, errors
+
+
+def _group_values(info: GroupInfo | None, post: QueryDict | None) -> dict[str, Any]:
+    if post is not None:
+        values: dict[str, Any] = {name: checkbox(post, name) for name, *_ in BOOL_FIELDS}
+        values.update({name: post.get(name, "") for name, *_ in INT_FIELDS})
+        values.update(
+            name=post.get("name", ""),
+            attributes=post.get("attributes", ""),
+            group_retry_policy=post.get("group_retry_policy", ""),
+        )
+        return values
+    if info is not None:
+        values = _settings(info)
+        values["name"] = info.name
+        values["attributes"] = format_pairs(info.attributes)
+        values["group_retry_policy"] = json.dumps(info.group_retry_policy)
+        return values
+    return {
+        "name": "",
+        "consume_enable": True,
+        "consume_from_min_enable": True,
+        "consume_broadcast_enable": True,
+        "consume_message_orderly": False,
+        "notify_consumer_ids_changed_enable": True,
+        "retry_max_times": 16,
+        "retry_queue_nums": 1,
+        "consume_timeout_minute": 15,
+        "broker_id": 0,
+        "which_broker_when_consume_slowly": 1,
+        "attributes": "",
+        "group_retry_policy": '{"type": "CUSTOMIZED"}',
+    }
+
+
+def _form_page(
+    request: HttpRequest, info: GroupInfo | None, errors: dict[str, str]
+) -> HttpResponse:
+    values = _group_values(info, request.POST if request.method == "POST" else None)
+    context = {
+        "section": "groups",
+        "creating": info is None,
+        "info": info,
+        "errors": errors,
+        "bool_fields": [(n, label, help_, values.get(n)) for n, label, help_ in BOOL_FIELDS],
+        "int_fields": [(n, label, help_, values.get(n)) for n, label, help_ in INT_FIELDS],
+        "values": values,
+        "max_queue_nums": MAX_QUEUE_NUMS,
+    }
+    return render(request, "webui/group_form.html", context, status=400 if errors else 200)
+
+
+@console_page(read_role=OPERATOR)
+def group_create(request: HttpRequest) -> HttpResponse:
+    broker = get_broker()
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        data, errors = _group_form_data(request.POST, create=True)
+        if not errors:
+            valid, errors = validate(GroupCreateSerializer, data)
+            if valid is not None:
+                name = valid.pop("name")
+                try:
+                    info = broker.create_group(name, **valid)
+                except MQError as exc:
+                    errors = mq_errors(exc, GROUP_ALIASES)
+                else:
+                    audit.record(request, "group.create", "group", name, new=_settings(info))
+                    messages.success(request, f"Group {name} created.")
+                    return redirect("webui:group", name=name)
+    return _form_page(request, None, errors)
+
+
+@console_page(read_role=OPERATOR)
+def group_edit(request: HttpRequest, name: str) -> HttpResponse:
+    broker = get_broker()
+    info = broker.get_group(name)
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        data, errors = _group_form_data(request.POST, create=False)
+        if not errors:
+            valid, errors = validate(GroupUpdateSerializer, data)
+            if valid is not None:
+                try:
+                    new = broker.update_group(name, **valid)
+                except MQError as exc:
+                    errors = mq_errors(exc, GROUP_ALIASES)
+                else:
+                    audit.record(
+                        request,
+                        "group.update",
+                        "group",
+                        name,
+                        old=_settings(info),
+                        new=_settings(new),
+                    )
+                    messages.success(request, f"Group {name} saved.")
+                    return redirect("webui:group", name=name)
+    return _form_page(request, info, errors)
+
+
+@console_page(read_role=OPERATOR)
+def group_delete(request: HttpRequest, name: str) -> HttpResponse:
+    broker = get_broker()
+    info = broker.get_group(name)
+    error = ""
+    if request.method == "POST":
+        if request.POST.get("confirm_name", "").strip() != name:
+            error = "Type the group's name exactly to confirm."
+        else:
+            remove_offsets = checkbox(request.POST, "remove_offsets")
+            try:
+                broker.delete_group(name, remove_offsets=remove_offsets)
+            except MQError as exc:
+                error = str(exc)
+            else:
+                old = _settings(info) | {"offsets_removed": remove_offsets}
+                audit.record(request, "group.delete", "group", name, old=old)
+                messages.success(request, f"Group {name} deleted.")
+                return redirect("webui:groups")
+    return render(
+        request,
+        "webui/group_delete.html",
+        {"section": "groups", "info": info, "error": error},
+        status=400 if error else 200,
+    )
+
+
+@console_page()
+def group_detail(request: HttpRequest, name: str) -> HttpResponse:
+    broker = get_broker()
+    info = broker.get_group(name)
+    lag = lag_dict(broker.group_lag(name))
+    retry = retry_topic_name(name)
+    retry_count = (
+        broker.topic_status(retry).message_count
+        if broker.metadata.topics.get(retry) is not None
+        else None
+    )
+    return render(
+        request,
+        "webui/group.html",
+        {
+            "section": "groups",
+            "info": info,
+            "lag": lag,
+            "dlq_count": _dlq_count(broker, name),
+            "retry_topic": retry,
+            "retry_count": retry_count,
+        },
+    )
+
+
+# -- offset reset ---------------------------------------------------------------------------
+
+
+def _reset_input(post: QueryDict, now_ms: int) -> tuple[dict[str, Any], dict[str, str]]:
+    errors: dict[str, str] = {}
+    to = post.get("to", "latest")
+    data: dict[str, Any] = {"topic": post.get("topic", "").strip(), "to": to}
+    if to == "timestamp":
+        try:
+            timestamp = parse_time(post, "timestamp", None)
+        except ValueError:
+            timestamp = None
+        if timestamp is None:
+            errors["timestamp"] = "choose a time"
+        else:
+            data["timestamp"] = timestamp
+    if to == "offsets":
+        try:
+            pairs = parse_pairs(post.get("offsets", ""))
+            data["offsets"] = [{"queue_id": q, "offset": o} for q, o in pairs.items()]
+        except ValueError as exc:
+            errors["offsets"] = str(exc)
+        if not errors and not data["offsets"]:
+            errors["offsets"] = "give at least one queue=offset line"
+    return data, errors
+
+
+@console_page(read_role=OPERATOR)
+def group_reset(request: HttpRequest, name: str) -> HttpResponse:
+    """GET the form; POST ``action=preview`` (dry run: a table of old → new offsets per
+    queue) or ``action=apply`` (commit, then back to the group)."""
+    broker = get_broker()
+    info = broker.get_group(name)
+    topics = sorted({q.topic for q in broker.group_lag(name).queues} | set(info.topics))
+    source = request.POST if request.method == "POST" else request.GET
+    values = {
+        "topic": source.get("topic", topics[0] if topics else ""),
+        "to": source.get("to", "latest"),
+        "timestamp_ms": source.get("timestamp_ms", ""),
+        "offsets": source.get("offsets", ""),
+    }
+    errors: dict[str, str] = {}
+    plans: list[dict[str, Any]] | None = None
+    if request.method == "POST":
+        data, errors = _reset_input(request.POST, broker.clock.now_ms())
+        if "timestamp" in data:
+            values["timestamp_ms"] = str(data["timestamp"])
+        apply = request.POST.get("action") == "apply"
+        if not errors:
+            valid, errors = validate(ResetSerializer, data | {"dry_run": not apply})
+            if valid is not None:
+                offsets = valid.get("offsets")
+                try:
+                    result = broker.reset_offsets(
+                        name,
+                        valid["topic"],
+                        to=valid["to"] if valid["to"] in ("earliest", "latest") else None,
+                        timestamp_ms=valid.get("timestamp"),
+                        offsets={o["queue_id"]: o["offset"] for o in offsets} if offsets else None,
+                        dry_run=not apply,
+                    )
+                except MQError as exc:
+                    errors = mq_errors(exc)
+                else:
+                    if apply:
+                        audit.record(
+                            request,
+                            "group.offsets.reset",
+                            "group",
+                            name,
+                            old=[
+                                {"topic": p.topic, "queue_id": p.queue_id, "offset": p.old_offset}
+                                for p in result
+                            ],
+                            new={
+                                "request": {k: v for k, v in valid.items() if k != "dry_run"},
+                                "offsets": [
+                                    {
+                                        "topic": p.topic,
+                                        "queue_id": p.queue_id,
+                                        "offset": p.new_offset,
+                                    }
+                                    for p in result
+                                ],
+                            },
+                        )
+                        changed = sum(1 for p in result if p.old_offset != p.new_offset)
+                        messages.success(
+                            request,
+                            f"Offsets of {name} on {valid['topic']} reset: "
+                            f"{changed} of {len(result)} queue{'s' if len(result) != 1 else ''} moved.",
+                        )
+                        return redirect("webui:group", name=name)
+                    plans = [plan_dict(p) | {"delta": p.lag_after - p.lag_before} for p in result]
+    all_topics = [t.name for t in broker.list_topics(include_system=False)]
+    return render(
+        request,
+        "webui/group_reset.html",
+        {
+            "section": "groups",
+            "info": info,
+            "topics": topics,
+            "all_topics": [t for t in all_topics if t not in topics],
+            "values": values,
+            "errors": errors,
+            "plans": plans,
+            "totals": {
+                "before": sum(p["lag_before"] for p in plans or []),
+                "after": sum(p["lag_after"] for p in plans or []),
+                "moved": sum(1 for p in plans or [] if p["old_offset"] != p["new_offset"]),
+            },
+        },
+        status=400 if errors else 200,
+    )
+
+
+# -- dead letters ---------------------------------------------------------------------------
+
+
+def _dlq_row(message: Any) -> dict[str, Any]:
+    data = row(message)
+    props = message.properties
+    data["origin_topic"] = (
+        props.get(PROPERTY_DLQ_ORIGIN_TOPIC) or props.get(PROPERTY_RETRY_TOPIC) or ""
+    )
+    return data
+
+
+@console_page()
+def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
+    """The group's dead letters (``%DLQ%<group>``), oldest first, 50 a page; operators can
+    resend selected ones to their original topic (POST ``msg_id`` list)."""
+    broker = get_broker()
+    info = broker.get_group(name)
+    topic = dlq_topic_name(name)
+    exists = broker.metadata.topics.get(topic) is not None
+    outcomes: list[dict[str, Any]] = []
+    if request.method == "POST":
+        ids = request.POST.getlist("msg_id")
+        if not ids:
+            messages.warning(request, "Select the messages to resend first.")
+        for msg_id in ids[:DLQ_PAGE]:
+            try:
+                result = broker.resend_from_dlq(name, msg_id)
+            except MQError as exc:
+                outcomes.append({"msg_id": msg_id, "ok": False, "detail": str(exc)})
+                continue
+            sent = send_result(result)
+            audit.record(
+                request, "message.dlq_resend", "message", msg_id, new={"group": name, **sent}
+            )
+            outcomes.append({"msg_id": msg_id, "ok": True, "result": sent})
+    now = broker.clock.now_ms()
+    cursor = request.GET.get("cursor") or None
+    rows: list[dict[str, Any]] = []
+    next_cursor = None
+    error = ""
+    if exists:
+        try:
+            page = broker.browse(topic, 0, now, DLQ_PAGE, cursor)
+        except MQError as exc:
+            error = str(exc)
+        else:
+            rows = [_dlq_row(m) for m in page.messages]
+            next_cursor = page.next_cursor
+    return render(
+        request,
+        "webui/group_dlq.html",
+        {
+            "section": "groups",
+            "info": info,
+            "dlq_topic": topic,
+            "exists": exists,
+            "rows": rows,
+            "next_cursor": next_cursor,
+            "first_page": cursor is None,
+            "outcomes": outcomes,
+            "resent": sum(1 for o in outcomes if o["ok"]),
+            "error": error,
+            "count": broker.topic_status(topic).message_count if exists else 0,
+            "back": reverse("webui:group", args=[name]),
+        },
+    )

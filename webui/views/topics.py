@@ -1,0 +1,359 @@
+"""``/topics/``: list with search, create, edit, delete, per-queue offsets, send a message.
+
+Input is checked by the REST API's serializers (same rules and messages as ``/api/v1``) and
+every change is written to the audit log with the API's action names.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
+
+from api import audit
+from api.roles import OPERATOR
+from api.serializers.messages import MessageInSerializer, message_from, send_result
+from api.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer, topic_settings
+from api.views.messages import born_host
+from mqcore.broker import Broker, TopicInfo
+from mqcore.broker.view import subscribed_groups
+from mqcore.errors import MQError, NotFoundError
+from mqcore.metadata.topics import MAX_QUEUE_NUMS, TOPIC_FILTER_TYPES
+from webui.access import console_page, get_broker
+from webui.format import format_pairs, human_duration_ms, parse_pairs
+from webui.views.common import checkbox, mq_errors, validate
+
+PAGE_SIZE = 100
+KINDS = ("normal", "retry", "dlq", "system")
+PERMS = [
+    (6, "6 · read + write"),
+    (4, "4 · read only"),
+    (2, "2 · write only"),
+    (0, "0 · none (disabled)"),
+    (7, "7 · read + write + inherit"),
+    (5, "5 · read + inherit"),
+    (3, "3 · write + inherit"),
+    (1, "1 · inherit only"),
+]
+TOPIC_ALIASES = {"topic_name": "name", "topic": "name"}
+
+
+def _topic_row(broker: Broker, info: TopicInfo) -> dict[str, Any] | None:
+    try:
+        status = broker.topic_status(info.name)
+    except NotFoundError:  # deleted meanwhile
+        return None
+    last = max((q.last_store_timestamp for q in status.queues), default=0)
+    return {
+        "info": info,
+        "queues": len(status.queues),
+        "messages": status.message_count,
+        "last_store_timestamp": last,
+    }
+
+
+@console_page()
+def topic_list(request: HttpRequest) -> HttpResponse:
+    broker = get_broker()
+    q = request.GET.get("q", "").strip()
+    kind = request.GET.get("kind", "")
+    topics = broker.list_topics()
+    counts = {k: sum(1 for t in topics if t.kind == k) for k in KINDS}
+    if kind in KINDS:
+        topics = [t for t in topics if t.kind == kind]
+    else:
+        kind = ""
+        topics = [t for t in topics if t.kind != "system"]
+    if q:
+        topics = [t for t in topics if q.lower() in t.name.lower()]
+    page = Paginator(topics, PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = [r for r in (_topic_row(broker, info) for info in page.object_list) if r is not None]
+    return render(
+        request,
+        "webui/topics.html",
+        {
+            "section": "topics",
+            "rows": rows,
+            "page": page,
+            "q": q,
+            "kind": kind,
+            "counts": counts,
+            "total": len(topics),
+        },
+    )
+
+
+def _topic_form_data(post: QueryDict, *, create: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    """The form's fields as a serializer's input, and errors found while reading them."""
+    errors: dict[str, str] = {}
+    try:
+        attributes = parse_pairs(post.get("attributes", ""))
+    except ValueError as exc:
+        attributes = {}
+        errors["attributes"] = str(exc)
+    data: dict[str, Any] = {
+        "read_queue_nums": post.get("read_queue_nums", "").strip(),
+        "write_queue_nums": post.get("write_queue_nums", "").strip(),
+        "perm": post.get("perm", "6"),
+        "order": "true" if checkbox(post, "order") else "false",
+        "topic_filter_type": post.get("topic_filter_type", "SINGLE_TAG"),
+        "attributes": attributes,
+    }
+    if create:
+        data["name"] = post.get("name", "").strip()
+    return data, errors
+
+
+def _form_context(info: TopicInfo | None, post: QueryDict | None) -> dict[str, Any]:
+    if post is not None:
+        values = {
+            "name": post.get("name", ""),
+            "read_queue_nums": post.get("read_queue_nums", ""),
+            "write_queue_nums": post.get("write_queue_nums", ""),
+            "perm": int(post.get("perm", "6") or 6) if post.get("perm", "6").isdigit() else 6,
+            "order": checkbox(post, "order"),
+            "topic_filter_type": post.get("topic_filter_type", "SINGLE_TAG"),
+            "attributes": post.get("attributes", ""),
+        }
+    elif info is not None:
+        values = {
+            "name": info.name,
+            "read_queue_nums": info.read_queue_nums,
+            "write_queue_nums": info.write_queue_nums,
+            "perm": info.perm,
+            "order": info.order,
+            "topic_filter_type": info.topic_filter_type,
+            "attributes": format_pairs(info.attributes),
+        }
+    else:
+        values = {
+            "name": "",
+            "read_queue_nums": 8,
+            "write_queue_nums": 8,
+            "perm": 6,
+            "order": False,
+            "topic_filter_type": "SINGLE_TAG",
+            "attributes": "",
+        }
+    return {
+        "values": values,
+        "perms": PERMS,
+        "filter_types": sorted(TOPIC_FILTER_TYPES),
+        "max_queue_nums": MAX_QUEUE_NUMS,
+    }
+
+
+@console_page(read_role=OPERATOR)
+def topic_create(request: HttpRequest) -> HttpResponse:
+    broker = get_broker()
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        data, errors = _topic_form_data(request.POST, create=True)
+        if not errors:
+            valid, errors = validate(TopicCreateSerializer, data)
+            if valid is not None:
+                name = valid.pop("name")
+                try:
+                    info = broker.create_topic(name, **valid)
+                except MQError as exc:
+                    errors = mq_errors(exc, TOPIC_ALIASES)
+                else:
+                    audit.record(request, "topic.create", "topic", name, new=topic_settings(info))
+                    messages.success(request, f"Topic {name} created.")
+                    return redirect("webui:topic", name=name)
+    context = _form_context(None, request.POST if request.method == "POST" else None)
+    context.update({"section": "topics", "errors": errors, "creating": True})
+    return render(request, "webui/topic_form.html", context, status=400 if errors else 200)
+
+
+@console_page(read_role=OPERATOR)
+def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
+    broker = get_broker()
+    info = broker.get_topic(name)
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        data, errors = _topic_form_data(request.POST, create=False)
+        if not errors:
+            valid, errors = validate(TopicUpdateSerializer, data)
+            if valid is not None:
+                try:
+                    new = broker.update_topic(name, **valid)
+                except MQError as exc:
+                    errors = mq_errors(exc, TOPIC_ALIASES)
+                else:
+                    audit.record(
+                        request,
+                        "topic.update",
+                        "topic",
+                        name,
+                        old=topic_settings(info),
+                        new=topic_settings(new),
+                    )
+                    messages.success(request, f"Topic {name} saved.")
+                    return redirect("webui:topic", name=name)
+    context = _form_context(info, request.POST if request.method == "POST" else None)
+    context.update({"section": "topics", "errors": errors, "creating": False, "info": info})
+    return render(request, "webui/topic_form.html", context, status=400 if errors else 200)
+
+
+@console_page(read_role=OPERATOR)
+def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
+    broker = get_broker()
+    info = broker.get_topic(name)
+    status = broker.topic_status(name)
+    groups = subscribed_groups(broker.metadata, name)
+    error = ""
+    if request.method == "POST":
+        if request.POST.get("confirm_name", "").strip() != name:
+            error = "Type the topic's name exactly to confirm."
+        else:
+            try:
+                broker.delete_topic(name)
+            except MQError as exc:
+                error = str(exc)
+            else:
+                audit.record(request, "topic.delete", "topic", name, old=topic_settings(info))
+                messages.success(request, f"Topic {name} deleted.")
+                return redirect("webui:topics")
+    return render(
+        request,
+        "webui/topic_delete.html",
+        {"section": "topics", "info": info, "status": status, "groups": groups, "error": error},
+        status=400 if error else 200,
+    )
+
+
+def _send_form_defaults() -> dict[str, Any]:
+    return {
+        "keys": "",
+        "tag": "",
+        "properties": "",
+        "body": "",
+        "body_encoding": "text",
+        "queue_id": "",
+        "delay_level": "0",
+    }
+
+
+def _delay_choices(broker: Broker) -> list[tuple[int, str]]:
+    return [(0, "none")] + [
+        (level, f"{level} · {human_duration_ms(ms)}")
+        for level, ms in enumerate(broker.store.delay_levels_ms, start=1)
+    ]
+
+
+def _topic_context(broker: Broker, info: TopicInfo) -> dict[str, Any]:
+    status = broker.topic_status(info.name)
+    groups = []
+    for group in subscribed_groups(broker.metadata, info.name):
+        try:
+            lag = broker.group_lag(group, info.name)
+        except NotFoundError:
+            groups.append({"name": group, "lag": None, "lag_ms": None, "known": False})
+            continue
+        groups.append(
+            {"name": group, "lag": lag.total_lag, "lag_ms": lag.max_lag_ms, "known": True}
+        )
+    return {
+        "section": "topics",
+        "info": info,
+        "status": status,
+        "queues": [
+            {
+                "queue_id": q.queue_id,
+                "min_offset": q.min_offset,
+                "max_offset": q.max_offset,
+                "count": q.max_offset - q.min_offset,
+                "last_store_timestamp": q.last_store_timestamp,
+            }
+            for q in status.queues
+        ],
+        "last_store_timestamp": max((q.last_store_timestamp for q in status.queues), default=0),
+        "groups": groups,
+        "queue_choices": range(max(info.write_queue_nums, info.read_queue_nums, 1)),
+        "delay_choices": _delay_choices(broker),
+        "send": _send_form_defaults(),
+        "send_errors": {},
+    }
+
+
+@console_page()
+def topic_detail(request: HttpRequest, name: str) -> HttpResponse:
+    broker = get_broker()
+    info = broker.get_topic(name)
+    return render(request, "webui/topic.html", _topic_context(broker, info))
+
+
+def _send_data(post: QueryDict) -> tuple[dict[str, Any], dict[str, str]]:
+    errors: dict[str, str] = {}
+    encoding = post.get("body_encoding", "text")
+    body: Any = post.get("body", "")
+    if encoding == "json":
+        try:
+            body = json.loads(body)
+        except ValueError as exc:
+            errors["body"] = f"not valid JSON: {exc}"
+    try:
+        properties = parse_pairs(post.get("properties", ""))
+    except ValueError as exc:
+        properties = {}
+        errors["properties"] = str(exc)
+    data: dict[str, Any] = {"body": body, "body_encoding": encoding, "properties": properties}
+    keys = post.get("keys", "").strip()
+    if keys:
+        data["keys"] = keys
+    if post.get("tag", "").strip():
+        data["tag"] = post.get("tag", "").strip()
+    if post.get("queue_id", "").strip():
+        data["queue_id"] = post.get("queue_id", "").strip()
+    data["delay_level"] = post.get("delay_level", "0").strip() or "0"
+    return data, errors
+
+
+@console_page(read_role=OPERATOR)
+def topic_send(request: HttpRequest, name: str) -> HttpResponse:
+    """POST: send one message to the topic; the page shows where it was stored."""
+    broker = get_broker()
+    info = broker.get_topic(name)
+    if request.method != "POST":
+        return redirect("webui:topic", name=name)
+    data, errors = _send_data(request.POST)
+    if not errors:
+        valid, errors = validate(MessageInSerializer, data)
+        if valid is not None:
+            try:
+                (result,) = broker.send(name, [message_from(valid)], born_host=born_host(request))
+            except MQError as exc:
+                errors = mq_errors(exc)
+            else:
+                audit.record(
+                    request,
+                    "message.send",
+                    "topic",
+                    name,
+                    new={"count": 1, "msg_ids": [result.msg_id]},
+                )
+                sent = send_result(result)
+                link = reverse("webui:message", args=[result.offset_msg_id])
+                where = (
+                    f"delayed (level {valid['delay_level']}), then queue {result.queue_id}"
+                    if result.delayed
+                    else f"queue {result.queue_id} at offset {result.queue_offset}"
+                )
+                messages.success(
+                    request,
+                    format_html(
+                        'Sent <a href="{}" class="mono">{}</a> to {}.', link, sent["msg_id"], where
+                    ),
+                )
+                return redirect(reverse("webui:topic", args=[name]) + "#send")
+    context = _topic_context(broker, info)
+    context["send"] = {k: request.POST.get(k, v) for k, v in _send_form_defaults().items()}
+    context["send_errors"] = errors
+    return render(request, "webui/topic.html", context, status=400)
