@@ -72,6 +72,85 @@ VARIABLES: tuple[Variable, ...] = (
         "Comma-separated host names the HTTP server answers to.",
     ),
     Variable("CAIRN_LOG_LEVEL", "INFO", "Log level of the broker process."),
+    Variable(
+        "CAIRN_COMMITLOG_FILE_SIZE",
+        "1073741824",
+        "CommitLog segment size in bytes (RocketMQ's 1 GiB).",
+    ),
+    Variable("CAIRN_CQ_FILE_ENTRIES", "300000", "Entries per ConsumeQueue file (20 bytes each)."),
+    Variable("CAIRN_INDEX_HASH_SLOTS", "5000000", "Hash slots per IndexFile."),
+    Variable("CAIRN_INDEX_MAX_ENTRIES", "20000000", "Entries per IndexFile before it rolls."),
+    Variable("CAIRN_FLUSH_INTERVAL_MS", "500", "Async CommitLog flush period."),
+    Variable("CAIRN_FLUSH_LEAST_PAGES", "4", "Dirty 4 KiB pages before an async flush writes."),
+    Variable("CAIRN_FLUSH_THOROUGH_INTERVAL_MS", "10000", "Flush everything at least this often."),
+    Variable("CAIRN_CQ_FLUSH_INTERVAL_MS", "1000", "ConsumeQueue flush period."),
+    Variable(
+        "CAIRN_FILE_RESERVED_HOURS", "72", "CommitLog files older than this are deleted by cleanup."
+    ),
+    Variable(
+        "CAIRN_DELETE_WHEN", "04", "Hours of day (`;`-separated) when expired files are deleted."
+    ),
+    Variable(
+        "CAIRN_DISK_MAX_USED_RATIO", "75", "Disk use (%) above which cleanup runs at any hour."
+    ),
+    Variable(
+        "CAIRN_DISK_WARNING_RATIO",
+        "90",
+        "Disk use (%) above which puts are refused until cleanup frees space.",
+    ),
+    Variable(
+        "CAIRN_DISK_CLEAN_FORCIBLY_RATIO",
+        "85",
+        "Disk use (%) above which files are deleted regardless of age.",
+    ),
+    Variable(
+        "CAIRN_DELETE_FILES_BATCH_MAX", "10", "CommitLog files deleted per cleanup run at most."
+    ),
+    Variable("CAIRN_CLEAN_INTERVAL_MS", "10000", "Cleanup period."),
+    Variable("CAIRN_CLEAN_FIRST_DELAY_MS", "60000", "Delay before the first cleanup after start."),
+    Variable(
+        "CAIRN_REPUT_MAX_BYTES", "4194304", "CommitLog bytes one reput pass dispatches at most."
+    ),
+    Variable(
+        "CAIRN_REPUT_POLL_MS",
+        "1",
+        "Celery mode: how often an idle worker's reput checks for new data.",
+    ),
+    Variable(
+        "CAIRN_REPUT_LEASE_S",
+        "30",
+        "Celery mode: how long one reput task holds reput before re-queueing itself.",
+    ),
+    Variable(
+        "CAIRN_REPUT_ENSURE_S",
+        "5",
+        "Celery mode: beat period that restarts reput if its worker died.",
+    ),
+    Variable(
+        "CAIRN_FOLLOW_INTERVAL_MS",
+        "100",
+        "Celery mode: how often the broker polls the workers' progress without a Redis event.",
+    ),
+    Variable(
+        "CAIRN_BEAT_SCHEDULE_FILE",
+        "<store>/services/celerybeat-schedule",
+        "Celery beat's schedule file.",
+    ),
+    Variable(
+        "CAIRN_INDEX_SPARK_MIN_BYTES",
+        "68719476736",
+        "Index rebuilds of stores this big go to the Spark builder when `pipeline` is installed.",
+    ),
+    Variable(
+        "CAIRN_SPARK_MASTER",
+        "local[*]",
+        "Spark master for the data pipeline (`spark://host:7077` for a cluster).",
+    ),
+    Variable(
+        "CAIRN_TEST_REDIS_URL",
+        "(unset)",
+        "Tests only: use this Redis instead of starting a private `redis-server`.",
+    ),
 )
 
 

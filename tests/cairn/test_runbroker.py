@@ -89,7 +89,15 @@ def test_second_broker_on_the_same_store_is_refused(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{first_port}/healthz", timeout=10) as r:
             health = json.load(r)
         assert health["store"]["dispatch_behind_bytes"] == 0
-        assert set(health["service_state"]) == {"reput", "flush"}
+        # The store's services (inline mode) and the broker's own loops.
+        assert set(health["service_state"]) == {
+            "reput",
+            "flush",
+            "cleanup",
+            "index",
+            "delay_delivery",
+            "offsets_persist",
+        }
         second = start_broker(tmp_path, second_port)
         out, _ = second.communicate(timeout=60)
         text = out.decode()
