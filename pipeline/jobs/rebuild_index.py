@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from mqcore.store.config import StoreConfig
-from mqcore.store.consume_queue import ConsumeQueueStore
+from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.delay_levels import parse_delay_levels
 from mqcore.store.format import Corrupt, DispatchRequest, decode_dispatch
 from mqcore.store.hashing import index_key_hash
