@@ -19,6 +19,7 @@ from mqcore.store.results import GetResult, GetStatus
 
 MAX_FILTER_SCAN_BYTES = 16_000  # maxFilterMessageSize: how far a filtered pull scans (spec 7.1)
 CQ_UNIT_SIZE = 20
+INDEX_TIME_GRANULARITY_MS = 1000  # IndexFile entries store time differences in seconds (4.3)
 
 
 def get_messages(
@@ -99,7 +100,12 @@ def query_by_key(
     found: dict[int, MessageExt] = {}
     end = end_ms
     for _round in range(3):
-        result = index.query(topic, key, max(max_count, 1) * 2, begin_ms, end)
+        # Index entries keep whole seconds since their file's begin time, floored, so an
+        # entry reads up to 999 ms earlier than its message: ask from a second before
+        # ``begin_ms`` and keep the exact bound on the decoded store times below.
+        result = index.query(
+            topic, key, max(max_count, 1) * 2, begin_ms - INDEX_TIME_GRANULARITY_MS, end
+        )
         if not result.phys_offsets:
             break
         earliest = end

@@ -397,3 +397,24 @@ def test_a_batch_that_fails_to_encode_leaves_no_queue_offset_gap(tmp_path: Path)
         store.dispatch_until_caught_up()
         got = store.get_messages("g", "Gap", 0, 0, 10)
         assert [m.body for m in got.messages] == [b"first", b"third"]
+
+
+def test_key_query_from_a_message_s_exact_store_time_finds_it(tmp_path: Path) -> None:
+    # Index entries hold whole seconds since the file's first entry: a message stored at
+    # 1.5 s into the file reads back as 1.0 s. Its own store time must still find it.
+    clock = FakeClock(now_ms=1_800_000_000_000)
+    cfg = StoreConfig(
+        commitlog_file_size=64 * 1024,
+        consume_queue_file_entries=100,
+        index_hash_slots=11,
+        index_max_entries=100,
+    )
+    with MessageStore(tmp_path, cfg, clock=clock) as store:
+        store.put_message(Message("Exact", b"first", keys=["a"]))
+        clock.advance(1_500)
+        r = store.put_message(Message("Exact", b"second", keys=["b"]))
+        store.dispatch_until_caught_up()
+        ts = r.store_timestamp
+        found = store.query_by_key("Exact", "b", ts, ts)
+        assert [m.body for m in found] == [b"second"]
+        assert store.query_by_key("Exact", "b", ts + 1, ts + 10_000) == []
