@@ -147,6 +147,11 @@ VARIABLES: tuple[Variable, ...] = (
         "Spark master for the data pipeline (`spark://host:7077` for a cluster).",
     ),
     Variable(
+        "CAIRN_ARCHIVE_DIR",
+        "$CAIRN_DATA_DIR/pipeline/archive",
+        "The pipeline's message archive; key queries older than the CommitLog's oldest message read it.",
+    ),
+    Variable(
         "CAIRN_TEST_REDIS_URL",
         "(unset)",
         "Tests only: use this Redis instead of starting a private `redis-server`.",
@@ -195,6 +200,12 @@ def data_dir() -> Path:
 def store_dir() -> Path:
     raw = get("CAIRN_STORE_DIR", "")
     return Path(raw).resolve() if raw else data_dir() / "store"
+
+
+def archive_dir() -> Path:
+    """Where ``manage.py pipeline archive`` (default ``--out``) writes the archive."""
+    raw = get("CAIRN_ARCHIVE_DIR", "")
+    return Path(raw).resolve() if raw else data_dir() / "pipeline" / "archive"
 
 
 def database_from_url(url: str) -> dict[str, object]:

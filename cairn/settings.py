@@ -156,6 +156,8 @@ CAIRN = {
     "SERVICES": env.get_choice("CAIRN_SERVICES", "inline", ("inline", "celery")),
     "FLUSH": env.get_choice("CAIRN_FLUSH", "async", ("async", "sync")),
     "AUTO_CREATE_TOPICS": env.get_bool("CAIRN_AUTO_CREATE_TOPICS", False),
+    # The data pipeline's Parquet archive: key queries older than the CommitLog read it.
+    "ARCHIVE_DIR": env.archive_dir(),
 }
 
 LOGGING = {

@@ -7,8 +7,10 @@ import shutil
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +85,19 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The one local SparkSession of the test run (2 cores, UI off), shared by every
+    ``spark`` test (starting one takes ~10 s)."""
+    from pipeline.session import get_session, stop_session
+
+    with warnings.catch_warnings():
+        # Py4J and PySpark start-up emit ResourceWarnings about sockets they keep on purpose.
+        warnings.simplefilter("ignore", ResourceWarning)
+        session = get_session(
+            "local[2]", app_name="cairn-tests", conf={"spark.ui.enabled": "false"}
+        )
+    yield session
+    stop_session()

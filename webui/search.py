@@ -12,6 +12,9 @@ for the streamed endpoint (one JSON object per line) and the server-rendered pag
   ``budget`` (a tag filter scanned :data:`SCAN_BUDGET` messages without filling the limit);
 * ``{"type": "error", "detail": "...", "field": "..."}``.
 
+A key search also reads the data pipeline's archive for the part of the range older than the
+CommitLog (:func:`cairn.archive.query_by_key`); such rows say ``archived``.
+
 Reads go through the broker (``query_by_key``, ``browse``, ``get_message``) and the store's
 ``get_messages`` for queue reads (so the console's reads do not count as consumption).
 """
@@ -23,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cairn import archive
 from mqcore.broker import Broker
 from mqcore.broker.browse import decode_cursor, encode_cursor
 from mqcore.errors import MQError
@@ -178,8 +182,9 @@ def parse_query(
     return query, {}
 
 
-def row(message: MessageExt) -> dict[str, Any]:
-    """One result row (what the results table and the stream carry)."""
+def row(message: MessageExt, archived: bool = False) -> dict[str, Any]:
+    """One result row (what the results table and the stream carry). ``archived``: found in
+    the data pipeline's archive (cleanup deleted it from the CommitLog)."""
     preview, encoding = body_preview(message.body)
     return {
         "msg_id": message.msg_id,
@@ -196,6 +201,7 @@ def row(message: MessageExt) -> dict[str, Any]:
         "body_encoding": encoding,
         "body_size": len(message.body),
         "reconsume_times": message.reconsume_times,
+        "archived": archived,
     }
 
 
@@ -254,11 +260,11 @@ def _by_key(broker: Broker, query: SearchQuery) -> Iterator[dict[str, Any]]:
     for index, topic in enumerate(topics):
         remaining = query.limit - found
         yield _progress(index / max(1, len(topics)), index, found, f"topic {topic}")
-        messages = broker.query_by_key(topic, query.key, query.begin, query.end, remaining)
-        for message in messages:
+        matches = archive.query_by_key(broker, topic, query.key, query.begin, query.end, remaining)
+        for message, archived in matches:
             if _wanted(query, message):
                 found += 1
-                yield {"type": "message", "message": row(message)}
+                yield {"type": "message", "message": row(message, archived)}
         if found >= query.limit:
             yield _progress(1, index + 1, found, "")
             yield _done(query, found, "limit")

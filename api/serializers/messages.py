@@ -319,6 +319,11 @@ class MessageOutSerializer(serializers.Serializer):
     flag = serializers.IntegerField()
     sys_flag = serializers.IntegerField()
     store_size = serializers.IntegerField()
+    archived = serializers.BooleanField(
+        required=False,
+        help_text="key query only: true when the message came from the data pipeline's "
+        "archive because cleanup deleted it from the CommitLog",
+    )
 
     def to_representation(self, instance: MessageExt) -> dict[str, Any]:
         return message_dict(instance, bool(self.context.get("force_base64")))

@@ -33,6 +33,7 @@ from api.serializers.messages import (
 )
 from api.views.base import BrokerView
 from api.views.schema import GROUP, MSG_ID, READ, SEND_EXAMPLE, TOPIC, responses
+from cairn import archive
 from mqcore.errors import NotFoundError
 from mqcore.errors import ValidationError as MQValidationError
 from mqcore.store.msgid import HostAddress
@@ -87,7 +88,8 @@ class TopicMessagesView(BrokerView):
     @extend_schema(
         summary="Read messages of a topic",
         description="Three modes, chosen by the parameters: **key query** (`key`, `begin`, "
-        "`end`, `limit`), **pull** (`queue_id`, `offset`, `limit`, `wait_ms`, `tag`: long "
+        "`end`, `limit`; for the part of the range older than the CommitLog's oldest message "
+        "it also reads the data pipeline's archive, and each message says `archived`), **pull** (`queue_id`, `offset`, `limit`, `wait_ms`, `tag`: long "
         "polling when `wait_ms` > 0) or **time browse** (`begin`, `end`, `limit`, `cursor`: "
         "pages in store-time order; `exhausted` says whether the range is used up and "
         "`next_cursor` where to resume, with the same begin and end).",
@@ -123,13 +125,15 @@ class TopicMessagesView(BrokerView):
         begin = q.get("begin", 0)
         end = q.get("end", self.now_ms())
         if mode == "key":
-            found = self.broker.query_by_key(topic, q["key"], begin, end, limit)
+            found = archive.query_by_key(self.broker, topic, q["key"], begin, end, limit)
             return Response(
                 {
                     "mode": mode,
                     "begin": begin,
                     "end": end,
-                    "messages": [message_dict(m, force) for m in found],
+                    "messages": [
+                        message_dict(m, force) | {"archived": archived} for m, archived in found
+                    ],
                 }
             )
         page = self.broker.browse(topic, begin, end, limit, q.get("cursor"))

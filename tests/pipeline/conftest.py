@@ -1,10 +1,8 @@
-"""Fixtures of the pipeline tests: stores written by mqcore and by the foreign writer, and ONE
-local SparkSession for the whole test session (starting one takes ~10 s)."""
+"""Fixtures of the pipeline tests: stores written by mqcore and by the foreign writer. The one
+local SparkSession of the test run (``spark``) is in ``tests/conftest.py``."""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,18 +109,3 @@ def foreign_store(tmp_path_factory: pytest.TempPathFactory) -> ForeignStore:
         for i in range(700)
     ]
     return ForeignStore(root, write_commitlog(root, messages, file_size=32 * 1024))
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The one local SparkSession of the test run (2 cores, UI off)."""
-    from pipeline.session import get_session, stop_session
-
-    with warnings.catch_warnings():
-        # Py4J and PySpark start-up emit ResourceWarnings about sockets they keep on purpose.
-        warnings.simplefilter("ignore", ResourceWarning)
-        session = get_session(
-            "local[2]", app_name="cairn-tests", conf={"spark.ui.enabled": "false"}
-        )
-    yield session
-    stop_session()

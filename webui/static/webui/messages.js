@@ -42,7 +42,9 @@
       '<td class="nowrap"></td>' +
       '<td><a href="' + config.topic + encodeURIComponent(m.topic) + '/">' + esc(m.topic) + "</a></td>" +
       '<td class="num">' + m.queue_id + " · " + m.queue_offset + "</td>" +
-      '<td><a class="id" href="' + config.message + encodeURIComponent(m.offset_msg_id) + '/">' + esc(m.msg_id) + "</a></td>" +
+      (m.archived
+        ? '<td><span class="id">' + esc(m.msg_id) + '</span> <span class="badge muted" title="from the data pipeline\'s archive: cleanup deleted it from the CommitLog">archived</span></td>'
+        : '<td><a class="id" href="' + config.message + encodeURIComponent(m.offset_msg_id) + '/">' + esc(m.msg_id) + "</a></td>") +
       '<td class="keys">' + keys + "</td>" +
       "<td>" + (m.tag ? '<span class="tag">' + esc(m.tag) + "</span>" : '<span class="muted">–</span>') + "</td>" +
       '<td class="body-cell" title="' + m.body_size + ' bytes">' + esc(m.body) + "</td>";
