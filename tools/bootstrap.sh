@@ -2,17 +2,22 @@
 # Create or update the project's virtual environment (.venv) with everything the broker and
 # the test suite need. Safe to run every time: it reinstalls only when pyproject.toml changed.
 #
-# Django 6 needs Python >= 3.12. The interpreter is, in order: $CAIRN_PYTHON, python3.13 or
-# python3.12 on PATH, the newest pyenv 3.12+/3.13+ under ~/.pyenv/versions, or python3 if it
-# is new enough.
+# Django 6 needs Python >= 3.12. Cairn is built and tested on 3.12, so that comes first: the
+# interpreter is, in order, $CAIRN_PYTHON, python3.12 on PATH, the newest pyenv 3.12.x under
+# ~/.pyenv/versions, then any newer one (python3.13, pyenv 3.13+, python3 if >= 3.12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 find_python() {
     local candidates=()
     [ -n "${CAIRN_PYTHON:-}" ] && candidates+=("$CAIRN_PYTHON")
-    candidates+=(python3.13 python3.12)
-    for d in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]* 2>/dev/null | sort -rV); do
+    local pyenv="${PYENV_ROOT:-$HOME/.pyenv}/versions"
+    candidates+=(python3.12)
+    for d in $(ls -d "$pyenv"/3.12.* 2>/dev/null | sort -rV); do
+        candidates+=("$d/bin/python3")
+    done
+    candidates+=(python3.13)
+    for d in $(ls -d "$pyenv"/3.1[3-9]* 2>/dev/null | sort -rV); do
         candidates+=("$d/bin/python3")
     done
     candidates+=(python3)
