@@ -58,9 +58,12 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from tests.support.redis_server import private_redis  # noqa: E402
 
 VALUE = b"x" * 100
 CACHE = Path.home() / ".cache" / "cairn-bench"
@@ -189,34 +192,6 @@ def start_tansu(binary: str) -> tuple[subprocess.Popen[bytes], str]:
     )
     wait_port(port, proc)
     return proc, f"127.0.0.1:{port}"
-
-
-def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-            "--logfile",
-            str(workdir / "redis.log"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_port(port, proc)
-    return proc, port
 
 
 # -- Kafka workloads (confluent-kafka) -------------------------------------------------------
@@ -567,11 +542,10 @@ def run(args: argparse.Namespace) -> None:
             stop(proc)
 
     def redis_streams() -> None:
-        proc, port = start_redis(workdir)
-        try:
+        with private_redis(workdir / "redis") as url:
+            port = urlparse(url).port
+            assert port is not None
             results.append(redis_suite(port, args))
-        finally:
-            stop(proc)
 
     def ceiling() -> None:
         holder, bootstrap = mock_cluster()  # topics are auto-created there

@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +42,7 @@ from mqcore.services import inline, reput  # noqa: E402
 from mqcore.store import GetStatus, MessageStore, StoreConfig  # noqa: E402
 from mqcore.store.format import DispatchRequest  # noqa: E402
 from mqcore.store.progress import Slot  # noqa: E402
+from tests.support.redis_server import private_redis  # noqa: E402
 from workers import events  # noqa: E402
 
 TOPIC = "BenchTopic"
@@ -200,52 +199,17 @@ def run_inline(args: argparse.Namespace, root: Path) -> dict[str, object]:
 
 @contextmanager
 def redis_server() -> Iterator[str]:
+    """CAIRN_REDIS_URL when set, else a private redis-server for this run."""
     configured = os.environ.get("CAIRN_REDIS_URL", "").strip()
     if configured:
         yield configured
         return
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise SystemExit("celery mode needs redis-server on PATH or CAIRN_REDIS_URL")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="cairn-bench-redis-")
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"redis://127.0.0.1:{port}/0"
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-redis-") as workdir:
+        try:
+            with private_redis(Path(workdir)) as url:
+                yield url
+        except RuntimeError as exc:
+            raise SystemExit(f"celery mode needs {exc} or CAIRN_REDIS_URL") from None
 
 
 def start_worker(root: Path, url: str, log: Path, *, beat: bool) -> subprocess.Popen[bytes]:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,29 +11,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.redis_server import free_port, private_redis, wait_for_port
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(
-    port: int, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"port {port} did not open within {timeout_s} s")
+__all__ = ["REPO", "free_port", "wait_for_port"]
 
 
 @pytest.fixture(scope="session")
@@ -49,42 +27,12 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if configured:
         yield configured
         return
-    exe = shutil.which("redis-server")
-    if exe is None:
+    if shutil.which("redis-server") is None:
         pytest.fail(
             "redis-server is not installed; `make test` installs it (apt-get install redis-server)"
         )
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-            "--logfile",
-            str(workdir / "redis.log"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, 15, proc)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with private_redis(tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
