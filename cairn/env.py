@@ -152,6 +152,16 @@ VARIABLES: tuple[Variable, ...] = (
         "The pipeline's message archive; key queries older than the CommitLog's oldest message read it.",
     ),
     Variable(
+        "CAIRN_ARCHIVE_INTERVAL_S",
+        "3600",
+        "Celery mode: beat period of the pipeline's archive task `cairn.pipeline_archive` (0 turns it off).",
+    ),
+    Variable(
+        "CAIRN_STATS_INTERVAL_S",
+        "300",
+        "Celery mode: beat period of the pipeline's statistics task `cairn.pipeline_stats` (0 turns it off).",
+    ),
+    Variable(
         "CAIRN_TEST_REDIS_URL",
         "(unset)",
         "Tests only: use this Redis instead of starting a private `redis-server`.",

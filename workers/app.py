@@ -20,12 +20,52 @@ from celery import Celery, signals
 
 from workers import settings
 
-_services = settings.services()
-_store = settings.store_config(settings.store_dir())
-
 
 def redis_url() -> str:
     return settings.redis_url()
+
+
+def beat_schedule() -> dict[str, dict[str, Any]]:
+    """The beat schedule, from the environment (``CAIRN_*``, read when called)."""
+    services = settings.services()
+    store = settings.store_config(settings.store_dir())
+    schedule: dict[str, dict[str, Any]] = {
+        # Starts reput if no worker holds it (a running lease makes these return "skipped").
+        "cairn-reput": {
+            "task": "cairn.reput",
+            "schedule": services.reput_ensure_s,
+            "options": {"expires": services.reput_ensure_s},
+        },
+        "cairn-flush": {
+            "task": "cairn.flush",
+            "schedule": store.flush_interval_commitlog_ms / 1000,
+            "options": {"expires": max(1.0, store.flush_interval_commitlog_ms / 1000)},
+        },
+        "cairn-cleanup": {
+            "task": "cairn.cleanup",
+            "schedule": store.clean_resource_interval_ms / 1000,
+            "options": {"expires": store.clean_resource_interval_ms / 1000},
+        },
+        # Resumes a side index build whose task died; idle otherwise.
+        "cairn-index": {
+            "task": "cairn.index_build",
+            "schedule": 30.0,
+            "options": {"expires": 30.0},
+        },
+    }
+    # The data pipeline's jobs (Spark); 0 turns one off. A run still going when the next is
+    # due makes the next return "skipped".
+    for name, interval in (
+        ("archive", settings.archive_interval_s()),
+        ("stats", settings.stats_interval_s()),
+    ):
+        if interval > 0:
+            schedule[f"cairn-pipeline-{name}"] = {
+                "task": f"cairn.pipeline_{name}",
+                "schedule": interval,
+                "options": {"expires": interval},
+            }
+    return schedule
 
 
 app = Celery("cairn", include=["workers.tasks"])
@@ -44,30 +84,7 @@ app.conf.update(
     worker_hijack_root_logger=False,
     beat_schedule_filename=os.environ.get("CAIRN_BEAT_SCHEDULE_FILE", "").strip()
     or str(settings.store_dir() / "services" / "celerybeat-schedule"),
-    beat_schedule={
-        # Starts reput if no worker holds it (a running lease makes these return "skipped").
-        "cairn-reput": {
-            "task": "cairn.reput",
-            "schedule": _services.reput_ensure_s,
-            "options": {"expires": _services.reput_ensure_s},
-        },
-        "cairn-flush": {
-            "task": "cairn.flush",
-            "schedule": _store.flush_interval_commitlog_ms / 1000,
-            "options": {"expires": max(1.0, _store.flush_interval_commitlog_ms / 1000)},
-        },
-        "cairn-cleanup": {
-            "task": "cairn.cleanup",
-            "schedule": _store.clean_resource_interval_ms / 1000,
-            "options": {"expires": _store.clean_resource_interval_ms / 1000},
-        },
-        # Resumes a side index build whose task died; idle otherwise.
-        "cairn-index": {
-            "task": "cairn.index_build",
-            "schedule": 30.0,
-            "options": {"expires": 30.0},
-        },
-    },
+    beat_schedule=beat_schedule(),
 )
 
 

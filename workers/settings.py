@@ -32,7 +32,47 @@ def store_dir(explicit: str | None = None) -> Path:
     raw = _get("CAIRN_STORE_DIR", "")
     if raw:
         return Path(raw).resolve()
-    return (REPO / _get("CAIRN_DATA_DIR", "var")).resolve() / "store"
+    return data_dir() / "store"
+
+
+def data_dir() -> Path:
+    return (REPO / _get("CAIRN_DATA_DIR", "var")).resolve()
+
+
+def pipeline_dir() -> Path:
+    """The pipeline's output directory (``manage.py pipeline``'s default ``--out``)."""
+    return data_dir() / "pipeline"
+
+
+def archive_out_dir() -> Path:
+    """The ``out_dir`` for ``run_archive`` so that the archive lands at ``CAIRN_ARCHIVE_DIR``
+    (default ``$CAIRN_DATA_DIR/pipeline/archive``). run_archive writes ``<out>/archive``: a
+    directory named ``archive`` is written in place, any other gets an ``archive/`` inside
+    (key queries find either)."""
+    raw = _get("CAIRN_ARCHIVE_DIR", "")
+    archive = Path(raw).resolve() if raw else pipeline_dir() / "archive"
+    return archive.parent if archive.name == "archive" else archive
+
+
+def _interval_s(name: str, default: float) -> float:
+    raw = _get(name, str(default))
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{name}: expected seconds, got {raw!r}") from None
+    if value < 0:
+        raise SystemExit(f"{name}: must be 0 (off) or more, got {raw!r}")
+    return value
+
+
+def archive_interval_s() -> float:
+    """Beat period of ``cairn.pipeline_archive`` (0: not scheduled)."""
+    return _interval_s("CAIRN_ARCHIVE_INTERVAL_S", 3600.0)
+
+
+def stats_interval_s() -> float:
+    """Beat period of ``cairn.pipeline_stats`` (0: not scheduled)."""
+    return _interval_s("CAIRN_STATS_INTERVAL_S", 300.0)
 
 
 def services() -> ServicesConfig:

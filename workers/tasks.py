@@ -16,6 +16,12 @@ A run that cannot take its service's lock returns ``status: skipped`` (STYLE 7).
   behind by a dead worker. Hands the build to the Spark pipeline when it is installed and the
   store is at least ``CAIRN_INDEX_SPARK_MIN_BYTES``.
 * ``cairn.status``: every service's recorded status (for ``celery call``).
+* ``cairn.pipeline_archive`` / ``cairn.pipeline_stats``: the data pipeline's incremental
+  archive (into ``CAIRN_ARCHIVE_DIR``) and statistics (into ``$CAIRN_DATA_DIR/pipeline``) on
+  Spark (``CAIRN_SPARK_MASTER``), every ``CAIRN_ARCHIVE_INTERVAL_S`` (3600 s) and
+  ``CAIRN_STATS_INTERVAL_S`` (300 s). Each takes ``<store>/locks/pipeline-<job>`` for the
+  run, so two runs never overlap (the second returns ``status: skipped``); the result is
+  the job's report as a dict with ``status: ok``.
 
 Errors: a step's exception is recorded in the service's status file and re-raised (Celery
 logs it with its traceback); only Redis hiccups while publishing events are swallowed.
@@ -27,6 +33,7 @@ import importlib
 import importlib.util
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from celery.worker import state as worker_state
@@ -38,6 +45,7 @@ from mqcore.services.flush import FlushState
 from mqcore.services.index_build import IndexBuilder
 from mqcore.services.result import StepResult
 from mqcore.services.runner import run_lease
+from mqcore.store.service_lock import ServiceLock
 from mqcore.store.store import MessageStore
 from workers import settings, stores
 from workers.app import app
@@ -203,3 +211,40 @@ def status_task(store_dir: str | None = None) -> dict[str, Any]:
     root = settings.store_dir(store_dir)
     job = index_build.load_job(root)
     return {"services": status.read_all(root), "index_build": job.as_dict() if job else None}
+
+
+def _pipeline_run(job: str, store_dir: str | None, run: Any) -> dict[str, Any]:
+    """Run one pipeline job under ``<store>/locks/pipeline-<job>``; ``skipped`` if held."""
+    root = settings.store_dir(store_dir)
+    lock = ServiceLock(root, f"pipeline-{job}")
+    if not lock.try_acquire():
+        return {"status": "skipped", "reason": f"lock held by {lock.holder() or 'another run'}"}
+    try:
+        report = run(root)
+    finally:
+        lock.release()
+    result: dict[str, Any] = report.as_dict()
+    return result | {"status": "ok"}
+
+
+@app.task(name="cairn.pipeline_archive", acks_late=True, reject_on_worker_lost=True)
+def pipeline_archive_task(
+    store_dir: str | None = None, out_dir: str | None = None
+) -> dict[str, Any]:
+    """Archive what is new in the store (``pipeline.jobs.archive.run_archive``)."""
+    from pipeline.jobs.archive import ArchiveBusyError, run_archive
+
+    out = Path(out_dir) if out_dir else settings.archive_out_dir()
+    try:
+        return _pipeline_run("archive", store_dir, lambda root: run_archive(root, out))
+    except ArchiveBusyError as exc:  # e.g. `manage.py pipeline archive` into the same dir
+        return {"status": "skipped", "reason": str(exc)}
+
+
+@app.task(name="cairn.pipeline_stats", acks_late=True, reject_on_worker_lost=True)
+def pipeline_stats_task(store_dir: str | None = None, out_dir: str | None = None) -> dict[str, Any]:
+    """Recompute the store's statistics (``pipeline.jobs.stats.run_stats``)."""
+    from pipeline.jobs.stats import run_stats
+
+    out = Path(out_dir) if out_dir else settings.pipeline_dir()
+    return _pipeline_run("stats", store_dir, lambda root: run_stats(root, out))

@@ -205,6 +205,7 @@ def run_rebuild_index(
     master: str | None = None,
     spark: Any = None,
     progress: Emit | None = None,
+    end_offset: int | None = None,
 ) -> RebuildReport:
     """Rebuild ``consumequeue/`` and ``index/`` of ``store_dir`` into ``out_dir``.
 
@@ -214,6 +215,8 @@ def run_rebuild_index(
         config: the store's geometry (ConsumeQueue file entries, index slots and entries,
             delay levels, ``message_index_enable``); RocketMQ's defaults when omitted.
         master, spark, progress: as for :func:`pipeline.jobs.archive.run_archive`.
+        end_offset: stop there (a record boundary, e.g. the store's confirm offset) rather
+            than at the end of the last complete record now.
 
     Raises:
         StoreLayoutError: ``store_dir`` is not a store.
@@ -228,6 +231,8 @@ def run_rebuild_index(
             raise FileExistsError(f"{out / name} is not empty; rebuild into a fresh directory")
     segments = list_segments(store_dir)
     end = snapshot_end(store_dir)
+    if end_offset is not None:
+        end = min(end, end_offset)
     ranges = plan_ranges(
         segments, end_offset=end, max_partition_bytes=max(s.size for s in segments) if segments else 1 << 30,
         verify_crc="none",
