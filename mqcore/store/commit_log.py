@@ -48,6 +48,7 @@ from mqcore.store.format import (
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
 from mqcore.store.record_layout import (
+    BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
     INT32,
     INT64,
@@ -89,6 +90,11 @@ class Appended(NamedTuple):
     queue_offset: int
     store_timestamp: int
     size: int
+
+
+# Bytes from a record's start that always cover STORETIMESTAMP: it follows BORNHOST, which is
+# 20 bytes when IPv6. Every record is longer than this (91 bytes at least), so it is readable.
+_STORE_TIMESTAMP_HEAD_BYTES = store_timestamp_position(BORNHOST_V6_FLAG) + INT64.size
 
 
 class CommitLog:
@@ -270,12 +276,9 @@ class CommitLog:
         """STORETIMESTAMP of the record at ``phys_offset``, or -1 (``pickupStoreTimestamp``)."""
         if phys_offset < self.min_offset:
             return -1
-        head = self.read(phys_offset, 64)
-        if head is None or len(head) < 64:
-            raw = self.read(phys_offset, size)
-            if raw is None:
-                return -1
-            head = raw
+        head = self.read(phys_offset, _STORE_TIMESTAMP_HEAD_BYTES)
+        if head is None:
+            return -1
         (sys_flag,) = INT32.unpack_from(head, SYSFLAG_POSITION)
         (timestamp,) = INT64.unpack_from(head, store_timestamp_position(sys_flag))
         return int(timestamp)

@@ -418,3 +418,25 @@ def test_key_query_from_a_message_s_exact_store_time_finds_it(tmp_path: Path) ->
         found = store.query_by_key("Exact", "b", ts, ts)
         assert [m.body for m in found] == [b"second"]
         assert store.query_by_key("Exact", "b", ts + 1, ts + 10_000) == []
+
+
+def test_offset_for_time_reads_store_times_behind_ipv6_born_hosts(tmp_path: Path) -> None:
+    # With an IPv6 born host STORETIMESTAMP sits 12 bytes further into the record.
+    clock = FakeClock(now_ms=1_800_000_000_000)
+    cfg = StoreConfig(
+        commitlog_file_size=64 * 1024,
+        consume_queue_file_entries=100,
+        index_hash_slots=11,
+        index_max_entries=100,
+    )
+    v6 = HostAddress("2001:db8::7", 40000)
+    with MessageStore(tmp_path, cfg, clock=clock) as store:
+        times = []
+        for i in range(20):
+            r = store.put_message(Message("Six", f"m{i}".encode(), born_host=v6))
+            times.append(r.store_timestamp)
+            clock.advance(1_000)
+        store.dispatch_until_caught_up()
+        assert store.commit_log.store_time_of(0, 200) == times[0]
+        assert store.offset_for_time("Six", 0, times[7]) == 7
+        assert store.offset_for_time("Six", 0, times[7] + 1) == 8
