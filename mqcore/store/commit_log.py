@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mqcore.clock import Clock
-from mqcore.errors import MessageIllegalError
+from mqcore.errors import CorruptRecordError, MessageIllegalError
 from mqcore.message import MessageExt
 from mqcore.store.config import StoreConfig
 from mqcore.store.delay_levels import parse_delay_levels
@@ -267,10 +267,12 @@ class CommitLog:
         raw = self.read(phys_offset, size)
         if raw is None:
             return None
-        result = decode_dispatch(raw, 0, len(raw))
-        if not isinstance(result, DispatchRequest) or result.phys_offset != phys_offset:
+        try:
+            # decode_record frames the record as reput does and raises on anything else.
+            message = decode_record(raw, 0)
+        except CorruptRecordError:
             return None
-        return decode_record(raw, 0)
+        return message if message.phys_offset == phys_offset else None
 
     def store_time_of(self, phys_offset: int, size: int) -> int:
         """STORETIMESTAMP of the record at ``phys_offset``, or -1 (``pickupStoreTimestamp``)."""
