@@ -33,6 +33,7 @@ from mqcore.errors import ConflictError, NotFoundError, ValidationError
 from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.data_version import DataVersion
 from mqcore.metadata.jsonfile import Bean, StrPath, dumps_fastjson
+from mqcore.metadata.named_table import decode_named_table, decode_version
 from mqcore.metadata.topics import MAX_QUEUE_NUMS
 from mqcore.metadata.validation import (
     INT32_MAX,
@@ -440,36 +441,18 @@ class SubscriptionGroupManager(ConfigFileManager[_GroupsState]):
 
     def _decode(self, raw: Any, strict: bool) -> _GroupsState:
         doc = JsonObject(raw, "")
-        version_obj = doc.get_object("dataVersion")
-        version = (
-            DataVersion.initial(self._clock)
-            if version_obj is None
-            else DataVersion.from_json(version_obj.raw)
+        table = decode_named_table(
+            doc,
+            "subscriptionGroupTable",
+            strict,
+            lambda value, path, key: SubscriptionGroupConfig.from_json(value, path, name=key),
+            lambda config: config.group_name,
+            "groupName",
+            "group",
         )
-        table_obj = doc.get_object("subscriptionGroupTable", required=strict)
-        table: dict[str, SubscriptionGroupConfig] = {}
-        for key, value in table_obj.items() if table_obj is not None else ():
-            path = f"subscriptionGroupTable.{key}"
-            if not isinstance(key, str):
-                raise ValidationError(path, "type", f"{path}: group names must be strings")
-            config = SubscriptionGroupConfig.from_json(value, path, name=key)
-            if strict:
-                _validate_entry(config, key, path)
-            table[key] = config
         forbidden = _decode_forbidden(doc.get_object("forbiddenTable"), strict)
-        return _GroupsState(self._with_system_groups(table), forbidden, version)
-
-
-def _validate_entry(config: SubscriptionGroupConfig, key: str, path: str) -> None:
-    try:
-        config.validate()
-    except ValidationError as exc:
-        raise ValidationError(f"{path}.{exc.field}", exc.rule, f"{path}: {exc}") from exc
-    if config.group_name != key:
-        raise ValidationError(
-            f"{path}.groupName",
-            "mismatch",
-            f"{path}: groupName {config.group_name!r} differs from its table key {key!r}",
+        return _GroupsState(
+            self._with_system_groups(table), forbidden, decode_version(doc, self._clock)
         )
 
 

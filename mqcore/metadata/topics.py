@@ -41,6 +41,7 @@ from mqcore.errors import ConflictError, NotFoundError, ValidationError
 from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.data_version import DataVersion
 from mqcore.metadata.jsonfile import Bean, StrPath, dumps_fastjson
+from mqcore.metadata.named_table import decode_named_table, decode_version
 from mqcore.metadata.validation import (
     DLQ_TOPIC_PREFIX,
     INT32_MAX,
@@ -491,36 +492,16 @@ class TopicConfigManager(ConfigFileManager[_TopicsState]):
 
     def _decode(self, raw: Any, strict: bool) -> _TopicsState:
         doc = JsonObject(raw, "")
-        version_raw = doc.get_object("dataVersion")
-        version = (
-            DataVersion.initial(self._clock)
-            if version_raw is None
-            else DataVersion.from_json(version_raw.raw)
+        table = decode_named_table(
+            doc,
+            "topicConfigTable",
+            strict,
+            lambda value, path, key: TopicConfig.from_json(value, path, name=key),
+            lambda config: config.topic_name,
+            "topicName",
+            "topic",
         )
-        table_obj = doc.get_object("topicConfigTable", required=strict)
-        table: dict[str, TopicConfig] = {}
-        for key, value in table_obj.items() if table_obj is not None else ():
-            path = f"topicConfigTable.{key}"
-            if not isinstance(key, str):
-                raise ValidationError(path, "type", f"{path}: topic names must be strings")
-            config = TopicConfig.from_json(value, path, name=key)
-            if strict:
-                _validate_entry(config, key, path)
-            table[key] = config
-        return _TopicsState(self._with_system_topics(table), version)
-
-
-def _validate_entry(config: TopicConfig, key: str, path: str) -> None:
-    try:
-        config.validate()
-    except ValidationError as exc:
-        raise ValidationError(f"{path}.{exc.field}", exc.rule, f"{path}: {exc}") from exc
-    if config.topic_name != key:
-        raise ValidationError(
-            f"{path}.topicName",
-            "mismatch",
-            f"{path}: topicName {config.topic_name!r} differs from its table key {key!r}",
-        )
+        return _TopicsState(self._with_system_topics(table), decode_version(doc, self._clock))
 
 
 def _system_topics(
