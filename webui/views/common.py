@@ -4,8 +4,10 @@ turning broker refusals into form errors."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
+from django.http import HttpResponse
 from rest_framework import serializers
 
 from api.exceptions import flatten_errors
@@ -24,6 +26,31 @@ def validate(
     for item in flatten_errors(s.errors):
         errors.setdefault(item["field"].split(".")[0].split("[")[0] or "__all__", item["detail"])
     return None, errors
+
+
+def submit_form(
+    parsed: tuple[dict[str, Any], dict[str, str]],
+    serializer: type[serializers.Serializer],
+    aliases: dict[str, str],
+    change: Callable[[dict[str, Any]], HttpResponse],
+) -> tuple[HttpResponse | None, dict[str, str]]:
+    """A posted form's way through: its parse errors, then the REST serializer's rules, then
+    ``change`` (the broker call, the audit record and the redirect).
+
+    Returns:
+        ``(change's response, {})``, or ``(None, {field: message})`` when a rule or the broker
+        refused.
+    """
+    data, errors = parsed
+    if errors:
+        return None, errors
+    valid, errors = validate(serializer, data)
+    if valid is None:
+        return None, errors
+    try:
+        return change(valid), {}
+    except MQError as exc:
+        return None, mq_errors(exc, aliases)
 
 
 def mq_errors(exc: MQError, aliases: dict[str, str] | None = None) -> dict[str, str]:

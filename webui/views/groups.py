@@ -34,7 +34,7 @@ from mqcore.store.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TO
 from webui.access import console_page, get_broker
 from webui.format import format_pairs, parse_pairs
 from webui.search import parse_time, row
-from webui.views.common import checkbox, mq_errors, validate
+from webui.views.common import checkbox, mq_errors, submit_form, validate
 
 PAGE_SIZE = 100
 DLQ_PAGE = 50
@@ -190,19 +190,18 @@ def group_create(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
     errors: dict[str, str] = {}
     if request.method == "POST":
-        data, errors = _group_form_data(request.POST, create=True)
-        if not errors:
-            valid, errors = validate(GroupCreateSerializer, data)
-            if valid is not None:
-                name = valid.pop("name")
-                try:
-                    info = broker.create_group(name, **valid)
-                except MQError as exc:
-                    errors = mq_errors(exc, GROUP_ALIASES)
-                else:
-                    audit.record(request, "group.create", "group", name, new=_settings(info))
-                    messages.success(request, f"Group {name} created.")
-                    return redirect("webui:group", name=name)
+
+        def create(valid: dict[str, Any]) -> HttpResponse:
+            name = valid.pop("name")
+            info = broker.create_group(name, **valid)
+            audit.record(request, "group.create", "group", name, new=_settings(info))
+            messages.success(request, f"Group {name} created.")
+            return redirect("webui:group", name=name)
+
+        parsed = _group_form_data(request.POST, create=True)
+        done, errors = submit_form(parsed, GroupCreateSerializer, GROUP_ALIASES, create)
+        if done is not None:
+            return done
     return _form_page(request, None, errors)
 
 
@@ -212,25 +211,18 @@ def group_edit(request: HttpRequest, name: str) -> HttpResponse:
     info = broker.get_group(name)
     errors: dict[str, str] = {}
     if request.method == "POST":
-        data, errors = _group_form_data(request.POST, create=False)
-        if not errors:
-            valid, errors = validate(GroupUpdateSerializer, data)
-            if valid is not None:
-                try:
-                    new = broker.update_group(name, **valid)
-                except MQError as exc:
-                    errors = mq_errors(exc, GROUP_ALIASES)
-                else:
-                    audit.record(
-                        request,
-                        "group.update",
-                        "group",
-                        name,
-                        old=_settings(info),
-                        new=_settings(new),
-                    )
-                    messages.success(request, f"Group {name} saved.")
-                    return redirect("webui:group", name=name)
+
+        def update(valid: dict[str, Any]) -> HttpResponse:
+            new = broker.update_group(name, **valid)
+            old, changed = _settings(info), _settings(new)
+            audit.record(request, "group.update", "group", name, old=old, new=changed)
+            messages.success(request, f"Group {name} saved.")
+            return redirect("webui:group", name=name)
+
+        parsed = _group_form_data(request.POST, create=False)
+        done, errors = submit_form(parsed, GroupUpdateSerializer, GROUP_ALIASES, update)
+        if done is not None:
+            return done
     return _form_page(request, info, errors)
 
 

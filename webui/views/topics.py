@@ -27,7 +27,7 @@ from mqcore.errors import MQError, NotFoundError
 from mqcore.metadata.topics import MAX_QUEUE_NUMS, TOPIC_FILTER_TYPES
 from webui.access import console_page, get_broker
 from webui.format import format_pairs, human_duration_ms, parse_pairs
-from webui.views.common import checkbox, mq_errors, validate
+from webui.views.common import checkbox, mq_errors, submit_form, validate
 
 PAGE_SIZE = 100
 KINDS = ("normal", "retry", "dlq", "system")
@@ -154,19 +154,18 @@ def topic_create(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
     errors: dict[str, str] = {}
     if request.method == "POST":
-        data, errors = _topic_form_data(request.POST, create=True)
-        if not errors:
-            valid, errors = validate(TopicCreateSerializer, data)
-            if valid is not None:
-                name = valid.pop("name")
-                try:
-                    info = broker.create_topic(name, **valid)
-                except MQError as exc:
-                    errors = mq_errors(exc, TOPIC_ALIASES)
-                else:
-                    audit.record(request, "topic.create", "topic", name, new=topic_settings(info))
-                    messages.success(request, f"Topic {name} created.")
-                    return redirect("webui:topic", name=name)
+
+        def create(valid: dict[str, Any]) -> HttpResponse:
+            name = valid.pop("name")
+            info = broker.create_topic(name, **valid)
+            audit.record(request, "topic.create", "topic", name, new=topic_settings(info))
+            messages.success(request, f"Topic {name} created.")
+            return redirect("webui:topic", name=name)
+
+        parsed = _topic_form_data(request.POST, create=True)
+        done, errors = submit_form(parsed, TopicCreateSerializer, TOPIC_ALIASES, create)
+        if done is not None:
+            return done
     context = _form_context(None, request.POST if request.method == "POST" else None)
     context.update({"section": "topics", "errors": errors, "creating": True})
     return render(request, "webui/topic_form.html", context, status=400 if errors else 200)
@@ -178,25 +177,18 @@ def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
     info = broker.get_topic(name)
     errors: dict[str, str] = {}
     if request.method == "POST":
-        data, errors = _topic_form_data(request.POST, create=False)
-        if not errors:
-            valid, errors = validate(TopicUpdateSerializer, data)
-            if valid is not None:
-                try:
-                    new = broker.update_topic(name, **valid)
-                except MQError as exc:
-                    errors = mq_errors(exc, TOPIC_ALIASES)
-                else:
-                    audit.record(
-                        request,
-                        "topic.update",
-                        "topic",
-                        name,
-                        old=topic_settings(info),
-                        new=topic_settings(new),
-                    )
-                    messages.success(request, f"Topic {name} saved.")
-                    return redirect("webui:topic", name=name)
+
+        def update(valid: dict[str, Any]) -> HttpResponse:
+            new = broker.update_topic(name, **valid)
+            old, changed = topic_settings(info), topic_settings(new)
+            audit.record(request, "topic.update", "topic", name, old=old, new=changed)
+            messages.success(request, f"Topic {name} saved.")
+            return redirect("webui:topic", name=name)
+
+        parsed = _topic_form_data(request.POST, create=False)
+        done, errors = submit_form(parsed, TopicUpdateSerializer, TOPIC_ALIASES, update)
+        if done is not None:
+            return done
     context = _form_context(info, request.POST if request.method == "POST" else None)
     context.update({"section": "topics", "errors": errors, "creating": False, "info": info})
     return render(request, "webui/topic_form.html", context, status=400 if errors else 200)
