@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +19,8 @@ from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.format import Valid, check_record
 from mqcore.tiered import MemoryBackend, PosixBackend, SegmentBackend
+from mqcore.tiered.s3 import S3Backend
+from tests.support.redis_server import free_port, wait_for_port
 
 T0 = 1_700_000_000_000
 TOPIC = "orders"
@@ -81,3 +88,68 @@ def local_records(tmp_path: Path, clock: FakeClock) -> Iterator[list[LocalRecord
             )
         assert len(records) == 45
         yield records
+
+
+# --- S3: one moto server (a real S3 API over HTTP) per session, a fresh bucket per test ---
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's standalone S3 server on a free loopback port (``moto[server]``, dev extra)."""
+    with moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
+        yield endpoint
+
+
+@contextmanager
+def moto_server(workdir: Path) -> Iterator[str]:
+    """Run ``python -m moto.server`` until the block ends; yield its endpoint URL."""
+    port = free_port()
+    with open(workdir / "moto.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_port(port, 60, proc)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def new_s3_backend(endpoint: str, **kwargs: Any) -> S3Backend:
+    """An S3Backend over a new, empty bucket of ``endpoint`` (prefix ``tier/``)."""
+    import boto3
+
+    bucket = f"cairn-{uuid.uuid4().hex[:16]}"
+    boto3.client("s3", **s3_client_args(endpoint)).create_bucket(Bucket=bucket)
+    return S3Backend(
+        bucket,
+        "tier/",
+        cluster="DefaultCluster",
+        broker="broker-a",
+        endpoint_url=endpoint,
+        access_key_id="testing",
+        secret_access_key="testing",
+        **kwargs,
+    )
+
+
+def s3_client_args(endpoint: str) -> dict[str, Any]:
+    """Arguments of a raw boto3 client for looking under the backend, in tests."""
+    return {
+        "endpoint_url": endpoint,
+        "region_name": "us-east-1",
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+    }
+
+
+@pytest.fixture
+def s3_backend(s3_endpoint: str) -> S3Backend:
+    return new_s3_backend(s3_endpoint)

@@ -1,4 +1,6 @@
-"""One contract suite for every segment backend (memory and POSIX), plus the POSIX layout."""
+"""One contract suite for every segment backend (memory, POSIX and S3), plus the POSIX layout.
+
+S3-specific behaviour (chunks, composing on seal, errors) is in test_s3_backend.py."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mqcore.tiered import (
+    MemoryBackend,
     PosixBackend,
     SegmentBackend,
     SegmentExistsError,
@@ -20,6 +23,18 @@ from mqcore.tiered import (
 )
 
 SEG = SegmentId("TopicTest", 3, SegmentType.COMMIT_LOG, 0)
+
+
+@pytest.fixture(params=["memory", "posix", "s3"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> SegmentBackend:
+    """Every backend, S3 (a moto server) included; conftest's ``backend``, which the flat-file
+    tests use, stays on the two local ones."""
+    if request.param == "memory":
+        return MemoryBackend()
+    if request.param == "posix":
+        return PosixBackend(tmp_path / "tier", "DefaultCluster", "broker-a")
+    s3: SegmentBackend = request.getfixturevalue("s3_backend")
+    return s3
 
 
 def test_create_exists_size(backend: SegmentBackend) -> None:
