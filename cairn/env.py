@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from mqcore.tiered.s3 import S3_VARIABLES
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -34,6 +36,16 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CAIRN_HTTP_PORT", "8080", "Port of the REST API, the console and the live trace."),
     Variable(
         "CAIRN_KAFKA_PORT", "9092", "Port of the Kafka wire-protocol listener (0 turns it off)."
+    ),
+    Variable(
+        "CAIRN_KAFKA_ADVERTISED_HOST",
+        "(the listen host)",
+        "Host Kafka clients are told to connect to (Metadata, FindCoordinator), e.g. behind NAT or in a container; a wildcard listen host advertises 127.0.0.1.",
+    ),
+    Variable(
+        "CAIRN_KAFKA_ADVERTISED_PORT",
+        "(the listen port)",
+        "Port Kafka clients are told to connect to.",
     ),
     Variable(
         "CAIRN_SERVICES",
@@ -160,6 +172,39 @@ VARIABLES: tuple[Variable, ...] = (
         "CAIRN_STATS_INTERVAL_S",
         "300",
         "Celery mode: beat period of the pipeline's statistics task `cairn.pipeline_stats` (0 turns it off).",
+    ),
+    Variable(
+        "CAIRN_TIERED_BACKEND",
+        "none",
+        "Tiered storage backend: `none` (off), `posix` (a directory: another disk or a mounted object store), `s3` (an S3-compatible object store, `CAIRN_TIERED_S3_*`; needs the `s3` extra) or `memory` (tests; inline services only).",
+    ),
+    Variable(
+        "CAIRN_TIERED_PATH", "$CAIRN_DATA_DIR/tiered", "Root directory of the `posix` tier backend."
+    ),
+    Variable(
+        "CAIRN_TIERED_READ_STRATEGY",
+        "NOT_IN_DISK",
+        "When reads use the tier: `DISABLE`, `NOT_IN_DISK` (offsets no longer on local disk), `NOT_IN_MEM` (also when probably out of the page cache) or `FORCE`.",
+    ),
+    Variable(
+        "CAIRN_TIERED_RESERVED_HOURS",
+        "72",
+        "Tier retention in hours (a topic's `reserve.time` attribute overrides it; 0 keeps forever).",
+    ),
+    Variable(
+        "CAIRN_TIERED_GROUP_COMMIT_COUNT",
+        "4096",
+        "Upload to the tier once this many messages wait.",
+    ),
+    Variable("CAIRN_TIERED_GROUP_COMMIT_BYTES", "4194304", "... or once this many bytes wait."),
+    Variable(
+        "CAIRN_TIERED_GROUP_COMMIT_TIMEOUT_MS",
+        "30000",
+        "... or once the oldest waiting message was stored this long ago.",
+    ),
+    *(
+        Variable(name, default or "(unset)", meaning)
+        for name, (default, meaning) in S3_VARIABLES.items()
     ),
     Variable(
         "CAIRN_TEST_REDIS_URL",

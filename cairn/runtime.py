@@ -12,6 +12,23 @@ loops: the store's (:mod:`mqcore.services.inline`: reput, flush, cleanup, index;
 always here: they write the CommitLog and persist in-memory offsets). Stop runs it
 backwards: Redis subscriber, loops, broker (wakes long polls, persists offsets), store.
 
+Tiered storage (spec 10, ``CAIRN_TIERED_BACKEND`` = ``posix`` or ``memory``; ``none`` by
+default): the runtime builds a :class:`~mqcore.tiered.tiered_store.TieredMessageStore` over
+the store and hands it to the Broker as its ``reader``, so every front end reads cold
+offsets from the tier. Inline, the broker is the tier's writer (``tiered_upload`` and
+``tiered_retention`` loops, ``<store>/locks/tiered`` held while running); with
+``CAIRN_SERVICES=celery`` the workers upload and the broker only reads (``memory`` cannot
+be shared with workers and is refused there).
+
+* :attr:`BrokerRuntime.tiered`: the TieredMessageStore, or None when tiered storage is off.
+* :meth:`BrokerRuntime.tier_status`: one dict per tiered queue, sorted by topic and queue
+  id, with the keys ``topic``, ``queue_id``, ``tier_min_offset`` (first offset the tier
+  holds), ``dispatch_offset`` (end of what was copied to the tier, uploaded or not),
+  ``commit_offset`` (end of what is durably uploaded; reads are served below it),
+  ``local_max_offset``, ``lag`` (= local max − commit: messages not uploaded yet) and
+  ``size_bytes`` (bytes the queue takes in the tier: flat CommitLog, flat ConsumeQueue and
+  key index). An empty list when tiered storage is off.
+
 Tests build their own runtime over a ``tmp_path`` store and :func:`install` it; :func:`reset`
 forgets it again.
 """
@@ -30,12 +47,14 @@ from typing import Any
 from django.conf import settings
 
 import mqcore
+from cairn import env
 from mqcore.broker import delay_delivery, offsets_persist
 from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.clock import Clock, SystemClock
 from mqcore.metadata import Metadata
 from mqcore.services import inline
+from mqcore.services import tiered as tiered_services
 from mqcore.services.config import (
     ServicesConfig,
     services_config_from_env,
@@ -43,6 +62,10 @@ from mqcore.services.config import (
 )
 from mqcore.services.runner import ServiceLoop
 from mqcore.store import MessageStore, StoreConfig
+from mqcore.store.service_lock import ServiceLock
+from mqcore.tiered.config import BACKENDS, TieredConfig, tiered_config_from_env
+from mqcore.tiered.storage import TieredStorage, make_backend
+from mqcore.tiered.tiered_store import TieredMessageStore
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +91,15 @@ class BrokerRuntime:
     clock: Clock = field(default_factory=SystemClock)
     #: Celery mode: the Redis subscriber that wakes the follow loop (None otherwise).
     subscriber: Any = None
+    #: Tier backend (``none``, ``posix``, ``memory``); None reads CAIRN_TIERED_BACKEND.
+    tiered_backend: str | None = None
+    #: POSIX backend root; None reads CAIRN_TIERED_PATH ($CAIRN_DATA_DIR/tiered).
+    tiered_path: Path | None = None
+    #: Tier settings; None reads the CAIRN_TIERED_* variables.
+    tiered_config: TieredConfig | None = None
+    #: The reads-through-the-tier store while running with tiered storage on, else None.
+    tiered: TieredMessageStore | None = None
+    _tier_lock: ServiceLock | None = None
 
     def start(self) -> None:
         """Open (and recover) the store, load the metadata, start the broker and the
@@ -112,7 +144,10 @@ class BrokerRuntime:
                 cluster_name=broker_config.cluster_name or store_config.cluster_name,
             )
             self.metadata.load()
-            self.broker = Broker(store, self.metadata, config=broker_config, clock=self.clock)
+            self.tiered = self._open_tier(store, store_config)
+            self.broker = Broker(
+                store, self.metadata, config=broker_config, clock=self.clock, reader=self.tiered
+            )
             self.broker.start()
             self._start_services(store, self.broker, services)
         except BaseException:
@@ -124,6 +159,41 @@ class BrokerRuntime:
             "broker runtime started (store %s, services %s)", self.store_dir, self.services_mode
         )
 
+    def _open_tier(
+        self, store: MessageStore, store_config: StoreConfig
+    ) -> TieredMessageStore | None:
+        """The tier over ``store`` per the settings, or None when it is off.
+
+        Raises:
+            ValueError: a bad CAIRN_TIERED_* value, or ``memory`` with Celery services.
+        """
+        kind = (self.tiered_backend or env.get("CAIRN_TIERED_BACKEND", "none")).lower()
+        if kind not in BACKENDS:
+            raise ValueError(f"CAIRN_TIERED_BACKEND: expected one of {', '.join(BACKENDS)}")
+        celery = self.services_mode == "celery"
+        if kind == "memory" and celery:
+            raise ValueError("CAIRN_TIERED_BACKEND=memory cannot be shared with Celery workers")
+        path = self.tiered_path or tiered_dir()
+        backend = make_backend(
+            kind, path, store_config.cluster_name, store_config.broker_name, os.environ
+        )
+        if backend is None:
+            return None
+        config = self.tiered_config or tiered_config_from_env(os.environ)
+        tier = TieredStorage(backend, self.store_dir, config, clock=self.clock, readonly=celery)
+        if not celery:
+            lock = ServiceLock(self.store_dir, tiered_services.LOCK_NAME)
+            if not lock.try_acquire():
+                raise RuntimeError(f"tiered storage of {self.store_dir} is held by {lock.holder()}")
+            self._tier_lock = lock
+        log.info("tiered storage: %s backend at %s (%s)", kind, path, config.read_strategy.name)
+        return TieredMessageStore(store, tier)
+
+    def tier_status(self) -> list[dict[str, Any]]:
+        """Per-queue tier progress (module docstring); empty when tiered storage is off."""
+        tiered = self.tiered
+        return [q.as_dict() for q in tiered.queue_status()] if tiered is not None else []
+
     def _start_services(
         self, store: MessageStore, broker: Broker, services: ServicesConfig
     ) -> None:
@@ -132,7 +202,14 @@ class BrokerRuntime:
         workers' Redis events), then the broker's own, which always run here: delay
         delivery writes to the CommitLog, whose one writer is this process, and consumer
         offsets live in its memory."""
-        loops = inline.build_service_loops(store, services=services, clock=self.clock)
+        tier = self.tiered.tier if self.tiered is not None else None
+        loops = inline.build_service_loops(
+            store,
+            services=services,
+            clock=self.clock,
+            tier=tier if store.role == "standalone" else None,
+            topic_attributes=tiered_services.topic_attributes_of(broker.metadata.topics),
+        )
         follow = [loop for loop in loops if loop.name == "follow"]
         loops += [
             ServiceLoop(
@@ -168,6 +245,10 @@ class BrokerRuntime:
             self.broker = None
         if self.metadata is not None:
             self.metadata = None
+        self.tiered = None
+        if self._tier_lock is not None:
+            self._tier_lock.release()
+            self._tier_lock = None
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -194,6 +275,7 @@ class BrokerRuntime:
             "running": self.running,
             "pid": os.getpid(),
             "store": self._store_health(),
+            "tiered": self.tiered is not None,
             "service_state": self.service_states(),
         }
 
@@ -210,6 +292,12 @@ class BrokerRuntime:
             "flush": store.config.flush,
             "writable": store.writable,
         }
+
+
+def tiered_dir() -> Path:
+    """CAIRN_TIERED_PATH, default ``$CAIRN_DATA_DIR/tiered``."""
+    raw = env.get("CAIRN_TIERED_PATH", "")
+    return Path(raw).resolve() if raw else env.data_dir() / "tiered"
 
 
 _lock = threading.Lock()

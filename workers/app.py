@@ -18,6 +18,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from mqcore.services import tiered
 from workers import settings
 
 
@@ -53,6 +54,18 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "options": {"expires": 30.0},
         },
     }
+    # Tiered storage (spec 10), when a backend is configured.
+    if os.environ.get("CAIRN_TIERED_BACKEND", "").strip().lower() not in ("", "none"):
+        schedule["cairn-tiered-upload"] = {
+            "task": "cairn.tiered_upload",
+            "schedule": tiered.UPLOAD_INTERVAL_S,
+            "options": {"expires": tiered.UPLOAD_INTERVAL_S},
+        }
+        schedule["cairn-tiered-retention"] = {
+            "task": "cairn.tiered_retention",
+            "schedule": tiered.RETENTION_INTERVAL_S,
+            "options": {"expires": tiered.RETENTION_INTERVAL_S},
+        }
     # The data pipeline's jobs (Spark); 0 turns one off. A run still going when the next is
     # due makes the next return "skipped".
     for name, interval in (

@@ -15,6 +15,11 @@ A run that cannot take its service's lock returns ``status: skipped`` (STYLE 7).
   up to 30 s, then queues its successor while there is work left; beat resumes a build left
   behind by a dead worker. Hands the build to the Spark pipeline when it is installed and the
   store is at least ``CAIRN_INDEX_SPARK_MIN_BYTES``.
+* ``cairn.tiered_upload`` / ``cairn.tiered_retention``: with ``CAIRN_TIERED_BACKEND`` set
+  (``posix``), one upload pass of the tier dispatcher every few seconds and one tier
+  retention pass every hour (:mod:`mqcore.services.tiered`). Each holds
+  ``<store>/locks/tiered`` for the run (``skipped`` while another run or an inline broker
+  holds it); with tiered storage off they return ``skipped``.
 * ``cairn.status``: every service's recorded status (for ``celery call``).
 * ``cairn.pipeline_archive`` / ``cairn.pipeline_stats``: the data pipeline's incremental
   archive (into ``CAIRN_ARCHIVE_DIR``) and statistics (into ``$CAIRN_DATA_DIR/pipeline``) on
@@ -32,6 +37,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +45,8 @@ from typing import Any
 from celery.worker import state as worker_state
 
 from mqcore.clock import SystemClock
-from mqcore.services import cleanup, flush, index_build, locks, reput, status
+from mqcore.metadata.topics import TopicConfigManager
+from mqcore.services import cleanup, flush, index_build, locks, reput, status, tiered
 from mqcore.services.cleanup import CleanupState
 from mqcore.services.flush import FlushState
 from mqcore.services.index_build import IndexBuilder
@@ -47,6 +54,8 @@ from mqcore.services.result import StepResult
 from mqcore.services.runner import run_lease
 from mqcore.store.service_lock import ServiceLock
 from mqcore.store.store import MessageStore
+from mqcore.tiered.config import tiered_config_from_env
+from mqcore.tiered.storage import TieredStorage, make_backend
 from workers import settings, stores
 from workers.app import app
 from workers.events import Publisher
@@ -61,6 +70,9 @@ INDEX_TASK_BUDGET_S = 30.0
 _flush_states: dict[str, FlushState] = {}
 _cleanup_states: dict[str, CleanupState] = {}
 _publishers: dict[str, Publisher] = {}
+#: The tier writer of each store, with the metadata file's (mtime, size) after its last run:
+#: another process having saved since means our buffered state is stale (rebuilt).
+_tiers: dict[str, tuple[TieredStorage, tuple[int, int]]] = {}
 
 
 def _stopping() -> bool:
@@ -203,6 +215,76 @@ def index_build_task(
         if not _stopping():
             index_build_task.apply_async(kwargs={"store_dir": store_dir})
     return result
+
+
+def _tier_path() -> Path:
+    raw = os.environ.get("CAIRN_TIERED_PATH", "").strip()
+    return Path(raw).resolve() if raw else settings.data_dir() / "tiered"
+
+
+def _metadata_stamp(tier: TieredStorage) -> tuple[int, int]:
+    try:
+        st = tier.metadata.path.stat()
+    except FileNotFoundError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _tier(store: MessageStore) -> TieredStorage | None:
+    """This process's tier writer for ``store`` (None when tiered storage is off). The
+    caller holds ``<store>/locks/tiered``."""
+    kind = os.environ.get("CAIRN_TIERED_BACKEND", "").strip().lower() or "none"
+    if kind == "memory":
+        raise ValueError("CAIRN_TIERED_BACKEND=memory cannot be used by Celery workers")
+    key = str(store.root)
+    cached = _tiers.get(key)
+    if cached is not None and _metadata_stamp(cached[0]) == cached[1]:
+        return cached[0]
+    cfg = store.config
+    backend = make_backend(kind, _tier_path(), cfg.cluster_name, cfg.broker_name, os.environ)
+    if backend is None:
+        return None
+    tier = TieredStorage(backend, store.root, tiered_config_from_env(os.environ), clock=CLOCK)
+    _tiers[key] = (tier, _metadata_stamp(tier))
+    return tier
+
+
+def _run_tiered(store_dir: str | None, service: str, run: Any) -> dict[str, Any]:
+    store = stores.open_store(store_dir, service)
+    lock = ServiceLock(store.root, tiered.LOCK_NAME)
+    if not lock.try_acquire():
+        reason = f"lock held by {lock.holder() or 'another runner'}"
+        return {"service": service, "progressed": False, "status": "skipped", "reason": reason}
+    try:
+        tier = _tier(store)
+        if tier is None:
+            return {"service": service, "progressed": False, "status": "skipped", "reason": "off"}
+        store.follow_others()
+        result = _run_recorded(store, service, lambda: run(store, tier))
+        _tiers[str(store.root)] = (tier, _metadata_stamp(tier))
+        return result
+    finally:
+        lock.release()
+
+
+@app.task(name="cairn.tiered_upload", acks_late=True, reject_on_worker_lost=True)
+def tiered_upload_task(store_dir: str | None = None, force: bool = False) -> dict[str, Any]:
+    """One tier upload pass (``force``: upload what waits whatever the thresholds)."""
+    return _run_tiered(
+        store_dir, "tiered_upload", lambda store, tier: tiered.upload(store, tier, force=force)
+    )
+
+
+@app.task(name="cairn.tiered_retention", acks_late=True, reject_on_worker_lost=True)
+def tiered_retention_task(store_dir: str | None = None) -> dict[str, Any]:
+    """One tier retention pass; topics' ``reserve.time`` from ``<store>/config/topics.json``."""
+
+    def run(store: MessageStore, tier: TieredStorage) -> StepResult:
+        topics = TopicConfigManager(store.root / "config", CLOCK)
+        topics.load()
+        return tiered.retention(tier, tiered.topic_attributes_of(topics))
+
+    return _run_tiered(store_dir, "tiered_retention", run)
 
 
 @app.task(name="cairn.status")

@@ -41,6 +41,7 @@ from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
 from mqcore.broker.long_poll import ArrivalNotifier
 from mqcore.broker.management import BrokerAdmin
 from mqcore.broker.pulling import check_pull, check_pull_args, scan
+from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import (
     Placed,
     QueueSelector,
@@ -84,9 +85,13 @@ class Broker(BrokerAdmin):
         clock: time source for store-time comparisons, lag ages, rates and delay delivery;
             default the store's clock. Long-poll timeouts are real time (see
             :mod:`mqcore.broker.long_poll`).
+        reader: what reads go through (pull, browse, lookups, offsets, lag); default
+            ``store``. The runtime passes a ``TieredMessageStore`` wrapping ``store`` when
+            tiered storage is on, so cold offsets are served from the tier. Writes always
+            go to ``store``.
 
     Attributes:
-        store, metadata, config, clock: as given; the services read them.
+        store, reader, metadata, config, clock: as given; the services read them.
     """
 
     def __init__(
@@ -96,8 +101,10 @@ class Broker(BrokerAdmin):
         *,
         config: BrokerConfig | None = None,
         clock: Clock | None = None,
+        reader: StoreReader | None = None,
     ) -> None:
         self.store = store
+        self.reader: StoreReader = reader if reader is not None else store
         self.metadata = metadata
         self.config = config or BrokerConfig()
         self.clock: Clock = clock or store.clock
@@ -300,7 +307,7 @@ class Broker(BrokerAdmin):
     # -- messages: pull -----------------------------------------------------------------------
 
     def _has_data(self, topic: str, queue_id: int, offset: int) -> bool:
-        return self.store.max_offset(topic, queue_id) > offset
+        return self.reader.max_offset(topic, queue_id) > offset
 
     def _prepare_pull(
         self,
@@ -316,7 +323,7 @@ class Broker(BrokerAdmin):
         wait_ms = check_pull_args(self.config, offset, max_count, wait_ms, max_bytes)
         check_pull(self.metadata, self.config, group, topic, queue_id)
         tags = parse_tag_expression(tag_expression)
-        first = scan(self.store, group, topic, queue_id, offset, max_count, tags, max_bytes)
+        first = scan(self.reader, group, topic, queue_id, offset, max_count, tags, max_bytes)
         return tags, wait_ms, first
 
     def pull(
@@ -368,7 +375,7 @@ class Broker(BrokerAdmin):
                 [(topic, queue_id)], ready, remaining, recheck_s
             ):
                 break
-            result = scan(self.store, group, topic, queue_id, at, max_count, tags, max_bytes)
+            result = scan(self.reader, group, topic, queue_id, at, max_count, tags, max_bytes)
         self._gets.add(len(result.messages))
         return result
 
@@ -410,7 +417,7 @@ class Broker(BrokerAdmin):
             ):
                 break
             result = await asyncio.to_thread(
-                scan, self.store, group, topic, queue_id, at, max_count, tags, max_bytes
+                scan, self.reader, group, topic, queue_id, at, max_count, tags, max_bytes
             )
         self._gets.add(len(result.messages))
         return result
@@ -488,7 +495,7 @@ class Broker(BrokerAdmin):
         self.metadata.topics.require(topic)
         self._check_limit(limit)
         self._check_range(begin_ms, end_ms)
-        return self.store.query_by_key(topic, key, begin_ms, end_ms, limit)
+        return self.reader.query_by_key(topic, key, begin_ms, end_ms, limit)
 
     def browse(
         self, topic: str, begin_ms: int, end_ms: int, limit: int = 32, cursor: str | None = None
@@ -507,18 +514,18 @@ class Broker(BrokerAdmin):
         config = self.metadata.topics.require(topic)
         self._check_limit(limit)
         self._check_range(begin_ms, end_ms)
-        return browse_pages.browse(self.store, config, begin_ms, end_ms, limit, cursor)
+        return browse_pages.browse(self.reader, config, begin_ms, end_ms, limit, cursor)
 
     def get_message(self, msg_id: str) -> MessageExt | None:
         """The record an offsetMsgId names, or a record carrying that UNIQ_KEY (msgId);
         None if there is none. Thread-safe."""
-        return copies.find(self.store, msg_id)
+        return copies.find(self.reader, msg_id)
 
     def view_message(self, msg_id: str) -> MessageView | None:
         """A message (by offsetMsgId or UNIQ_KEY) with its consume state for each group
         consuming its topic: consumed, pending, retrying or in the DLQ (see
         :mod:`mqcore.broker.view`). None if there is no such message. Thread-safe."""
-        return view.view_message(self.store, self.metadata, self._broker_name, msg_id)
+        return view.view_message(self.reader, self.metadata, self._broker_name, msg_id)
 
     # -- messages: retry and DLQ --------------------------------------------------------------
 
@@ -555,6 +562,7 @@ class Broker(BrokerAdmin):
             delay_level,
             max_reconsume_times=max_reconsume_times,
             max_delay_level=self.max_delay_level,
+            reader=self.reader,
         )
         self._after_internal_put(1 if result.send is not None else 0)
         return result
@@ -569,7 +577,13 @@ class Broker(BrokerAdmin):
         """
         self._check_accepting()
         result = retry.resend_from_dlq(
-            self.store, self.metadata, self._selector, self._broker_name, group, msg_id
+            self.store,
+            self.metadata,
+            self._selector,
+            self._broker_name,
+            group,
+            msg_id,
+            reader=self.reader,
         )
         self._after_internal_put(1)
         return result

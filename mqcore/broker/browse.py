@@ -23,12 +23,12 @@ import json
 from collections import deque
 
 from mqcore.broker.lag import offset_at_time, queue_ids
+from mqcore.broker.reader import StoreReader
 from mqcore.broker.types import BrowsePage
 from mqcore.errors import ValidationError
 from mqcore.message import MessageExt
 from mqcore.metadata import TopicConfig
 from mqcore.store.results import GetStatus
-from mqcore.store.store import MessageStore
 
 CURSOR_VERSION = 1
 CHUNK_MAX_COUNT = 64
@@ -69,7 +69,7 @@ class _QueueReader:
 
     def __init__(
         self,
-        store: MessageStore,
+        store: StoreReader,
         topic: str,
         queue_id: int,
         start: int,
@@ -106,7 +106,7 @@ class _QueueReader:
 
 
 def browse(
-    store: MessageStore,
+    store: StoreReader,
     config: TopicConfig,
     begin_ms: int,
     end_ms: int,

@@ -19,6 +19,7 @@ anything else                   the record's topic
 
 from __future__ import annotations
 
+from mqcore.broker.reader import StoreReader
 from mqcore.errors import ValidationError
 from mqcore.message import MessageExt
 from mqcore.metadata.topics import SCHEDULE_TOPIC
@@ -28,7 +29,6 @@ from mqcore.store.properties import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
 )
-from mqcore.store.store import MessageStore
 from mqcore.validation import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 MAX_COPIES = 64
@@ -45,7 +45,7 @@ def home_topic(message: MessageExt) -> str:
     return message.topic
 
 
-def by_offset_msg_id(store: MessageStore, msg_id: str) -> MessageExt | None:
+def by_offset_msg_id(store: StoreReader, msg_id: str) -> MessageExt | None:
     """The record an offsetMsgId names, or None when ``msg_id`` is not one."""
     text = msg_id.strip().upper()
     try:
@@ -58,7 +58,7 @@ def by_offset_msg_id(store: MessageStore, msg_id: str) -> MessageExt | None:
     return message
 
 
-def copies(store: MessageStore, topic: str, uniq_key: str | None) -> list[MessageExt]:
+def copies(store: StoreReader, topic: str, uniq_key: str | None) -> list[MessageExt]:
     """Every record of ``topic`` carrying ``uniq_key``, oldest first (at most 64)."""
     if not uniq_key or not store.queues.queues(topic):
         return []
@@ -66,9 +66,7 @@ def copies(store: MessageStore, topic: str, uniq_key: str | None) -> list[Messag
     return [m for m in found if m.properties.get(PROPERTY_UNIQ_KEY) == uniq_key]
 
 
-def scheduled_copies(
-    store: MessageStore, uniq_key: str | None, real_topic: str
-) -> list[MessageExt]:
+def scheduled_copies(store: StoreReader, uniq_key: str | None, real_topic: str) -> list[MessageExt]:
     """Records parked in ``SCHEDULE_TOPIC_XXXX`` for ``real_topic``."""
     return [
         m
@@ -81,7 +79,7 @@ def newest(messages: list[MessageExt]) -> MessageExt | None:
     return max(messages, key=lambda m: m.phys_offset, default=None)
 
 
-def find(store: MessageStore, msg_id: str, topic: str | None = None) -> MessageExt | None:
+def find(store: StoreReader, msg_id: str, topic: str | None = None) -> MessageExt | None:
     """The record ``msg_id`` names: an offsetMsgId exactly, else the newest record carrying
     that UNIQ_KEY (in ``topic`` when given, else anywhere the store's index finds it)."""
     exact = by_offset_msg_id(store, msg_id)

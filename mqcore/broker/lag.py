@@ -15,16 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
+from mqcore.broker.reader import StoreReader
 from mqcore.broker.types import OffsetResetPlan, QueueLag, QueueStatus
 from mqcore.clock import Clock
 from mqcore.errors import ValidationError
 from mqcore.metadata import TopicConfig
-from mqcore.store.store import MessageStore
 
 ResetTo = Literal["earliest", "latest"]
 
 
-def queue_ids(store: MessageStore, config: TopicConfig | None, topic: str) -> list[int]:
+def queue_ids(store: StoreReader, config: TopicConfig | None, topic: str) -> list[int]:
     """The topic's queues: ``0..max(read, write)-1`` plus any queue found on disk."""
     known = set(store.queues.queues(topic))
     if config is not None:
@@ -32,23 +32,25 @@ def queue_ids(store: MessageStore, config: TopicConfig | None, topic: str) -> li
     return sorted(known)
 
 
-def store_time_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
+def store_time_at(store: StoreReader, topic: str, queue_id: int, offset: int) -> int:
     """Store time of the message at ``offset`` of a queue, or 0 if there is none."""
     queue = store.queues.get(topic, queue_id)
     unit = queue.unit_at(offset) if queue is not None else None
-    if unit is None:
-        return 0
+    if unit is None:  # not on local disk: a tiered reader may still have it
+        got = store.get_messages("", topic, queue_id, offset, 1)
+        first = got.messages[0] if got.messages else None
+        return first.store_timestamp if first is not None and first.queue_offset == offset else 0
     return max(0, store.commit_log.store_time_of(unit.phys_offset, unit.size))
 
 
-def queue_status(store: MessageStore, broker_name: str, topic: str, queue_id: int) -> QueueStatus:
+def queue_status(store: StoreReader, broker_name: str, topic: str, queue_id: int) -> QueueStatus:
     low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
     last = store_time_at(store, topic, queue_id, high - 1) if high > low else 0
     return QueueStatus(topic, queue_id, broker_name, low, high, last)
 
 
 def queue_lag(
-    store: MessageStore,
+    store: StoreReader,
     clock: Clock,
     broker_name: str,
     topic: str,
@@ -63,14 +65,14 @@ def queue_lag(
     return QueueLag(topic, queue_id, broker_name, high, committed, lag, lag_ms, oldest)
 
 
-def _lag(store: MessageStore, topic: str, queue_id: int, offset: int | None) -> int:
+def _lag(store: StoreReader, topic: str, queue_id: int, offset: int | None) -> int:
     low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
     start = low if offset is None else max(low, offset)
     return max(0, high - start)
 
 
 def reset_targets(
-    store: MessageStore,
+    store: StoreReader,
     config: TopicConfig,
     *,
     to: ResetTo | None,
@@ -109,7 +111,7 @@ def reset_targets(
     return {q: offset_at_time(store, topic, q, timestamp_ms) for q in ids}
 
 
-def offset_at_time(store: MessageStore, topic: str, queue_id: int, timestamp_ms: int) -> int:
+def offset_at_time(store: StoreReader, topic: str, queue_id: int, timestamp_ms: int) -> int:
     """First offset stored at or after ``timestamp_ms`` (the max offset if none), clamped."""
     low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
     if high <= low:
@@ -118,7 +120,7 @@ def offset_at_time(store: MessageStore, topic: str, queue_id: int, timestamp_ms:
 
 
 def _explicit_targets(
-    store: MessageStore, config: TopicConfig, offsets: Mapping[int, int]
+    store: StoreReader, config: TopicConfig, offsets: Mapping[int, int]
 ) -> dict[int, int]:
     topic = config.topic_name
     limit = max(config.read_queue_nums, config.write_queue_nums)
@@ -140,7 +142,7 @@ def _explicit_targets(
 
 
 def plan_reset(
-    store: MessageStore,
+    store: StoreReader,
     broker_name: str,
     topic: str,
     committed: Mapping[int, int],

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from mqcore.broker import admin, lag
 from mqcore.broker.config import BrokerConfig
+from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import check_queue_id
 from mqcore.broker.types import (
     GroupInfo,
@@ -39,6 +40,8 @@ class BrokerAdmin:
     attributes below."""
 
     store: MessageStore
+    #: What reads go through: ``store``, or the tiered store wrapping it.
+    reader: StoreReader
     metadata: Metadata
     config: BrokerConfig
     clock: Clock
@@ -75,8 +78,8 @@ class BrokerAdmin:
         """
         config = self.metadata.topics.require(name)
         queues = tuple(
-            lag.queue_status(self.store, self._broker_name, name, q)
-            for q in lag.queue_ids(self.store, config, name)
+            lag.queue_status(self.reader, self._broker_name, name, q)
+            for q in lag.queue_ids(self.reader, config, name)
         )
         return TopicStatus(name, self._broker_name, queues)
 
@@ -90,7 +93,7 @@ class BrokerAdmin:
         check_queue_id(config, queue_id)
         if queue_id < 0:
             raise ValidationError("queue_id", "range", f"queue_id: must be >= 0 (got {queue_id})")
-        return lag.queue_status(self.store, self._broker_name, topic, queue_id)
+        return lag.queue_status(self.reader, self._broker_name, topic, queue_id)
 
     def create_topic(
         self,
@@ -235,7 +238,7 @@ class BrokerAdmin:
         self.metadata.groups.require(group)
         queues = [
             lag.queue_lag(
-                self.store,
+                self.reader,
                 self.clock,
                 self._broker_name,
                 config.topic_name,
@@ -243,7 +246,7 @@ class BrokerAdmin:
                 self.metadata.offsets.query(group, config.topic_name, q),
             )
             for config in self._group_topics(group, topic)
-            for q in lag.queue_ids(self.store, config, config.topic_name)
+            for q in lag.queue_ids(self.reader, config, config.topic_name)
         ]
         return GroupLag(group, self._broker_name, tuple(queues))
 
@@ -295,10 +298,10 @@ class BrokerAdmin:
         self._require_group(group)
         config = self.metadata.topics.require(topic)
         targets = lag.reset_targets(
-            self.store, config, to=to, timestamp_ms=timestamp_ms, offsets=offsets
+            self.reader, config, to=to, timestamp_ms=timestamp_ms, offsets=offsets
         )
         committed = self.metadata.offsets.offsets_for(group, topic)
-        plans = lag.plan_reset(self.store, self._broker_name, topic, committed, targets)
+        plans = lag.plan_reset(self.reader, self._broker_name, topic, committed, targets)
         if not dry_run:
             for plan in plans:
                 self.metadata.offsets.commit(group, topic, plan.queue_id, plan.new_offset)
@@ -313,14 +316,14 @@ class BrokerAdmin:
         """
         self.queue_status(topic, queue_id)  # checks topic and queue
         if at == "earliest":
-            return self.store.min_offset(topic, queue_id)
+            return self.reader.min_offset(topic, queue_id)
         if at == "latest":
-            return self.store.max_offset(topic, queue_id)
+            return self.reader.max_offset(topic, queue_id)
         if isinstance(at, bool) or not isinstance(at, int) or at < 0:
             raise ValidationError(
                 "at", "choice", f"at: must be 'earliest', 'latest' or a timestamp >= 0 (got {at!r})"
             )
-        return lag.offset_at_time(self.store, topic, queue_id, at)
+        return lag.offset_at_time(self.reader, topic, queue_id, at)
 
 
 _GROUP_FIELDS = frozenset(f.name for f in dataclasses.fields(SubscriptionGroupConfig)) - {

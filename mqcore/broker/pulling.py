@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.errors import NoPermissionError
+from mqcore.broker.reader import StoreReader
 from mqcore.broker.tags import TagFilter
 from mqcore.broker.types import PullResult, PullStatus
 from mqcore.errors import NotFoundError, ValidationError
 from mqcore.metadata import Metadata, TopicConfig
 from mqcore.metadata.topics import PERM_READ, is_readable
 from mqcore.store.results import GetStatus
-from mqcore.store.store import MessageStore
 
 MAX_SCAN_ROUNDS = 16
 
@@ -101,7 +101,7 @@ def check_pull_args(
 
 
 def read_once(
-    store: MessageStore,
+    store: StoreReader,
     group: str | None,
     topic: str,
     queue_id: int,
@@ -140,7 +140,7 @@ def _map_status(status: GetStatus, offset: int) -> PullStatus:
 
 
 def scan(
-    store: MessageStore,
+    store: StoreReader,
     group: str | None,
     topic: str,
     queue_id: int,

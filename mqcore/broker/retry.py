@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from mqcore.broker import copies
 from mqcore.broker.errors import NoPermissionError
+from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import Placed, QueueSelector, store_placed, to_schedule
 from mqcore.broker.types import SendBackAction, SendBackResult, SendResult
 from mqcore.errors import NotFoundError, ValidationError
@@ -63,7 +64,7 @@ def _require_writable(config: TopicConfig, field: str) -> None:
         )
 
 
-def delivered_copy(store: MessageStore, group: str, msg_id: str) -> MessageExt:
+def delivered_copy(store: StoreReader, group: str, msg_id: str) -> MessageExt:
     """The record a consumer of ``group`` was handed: the one an offsetMsgId names, or for a
     UNIQ_KEY the newest copy in ``%RETRY%<group>``, else the newest in its home topic.
 
@@ -95,8 +96,10 @@ def send_back(
     *,
     max_reconsume_times: int | None,
     max_delay_level: int,
+    reader: StoreReader | None = None,
 ) -> SendBackResult:
-    """See the module docstring.
+    """See the module docstring. ``reader`` finds the message (default ``store``; the
+    tiered store finds messages whose local files are gone); writes go to ``store``.
 
     Raises:
         NotFoundError: unknown group or message.
@@ -104,7 +107,7 @@ def send_back(
         ValidationError: ``max_reconsume_times`` negative.
     """
     group_config = _require_group(metadata, group)
-    message = delivered_copy(store, group, msg_id)
+    message = delivered_copy(reader or store, group, msg_id)
     if max_reconsume_times is not None and max_reconsume_times < 0:
         raise ValidationError("max_reconsume_times", "range", "max_reconsume_times: must be >= 0")
     limit = group_config.retry_max_times if max_reconsume_times is None else max_reconsume_times
@@ -169,8 +172,11 @@ def resend_from_dlq(
     broker_name: str,
     group: str,
     msg_id: str,
+    *,
+    reader: StoreReader | None = None,
 ) -> SendResult:
-    """Store the DLQ record ``msg_id`` of ``group`` again in its original topic.
+    """Store the DLQ record ``msg_id`` of ``group`` again in its original topic (found
+    through ``reader``, default ``store``).
 
     Raises:
         NotFoundError: no DLQ for the group, the message is not in it, or its original
@@ -180,7 +186,7 @@ def resend_from_dlq(
     dlq = dlq_topic_name(group)
     if metadata.topics.get(dlq) is None:
         raise NotFoundError("group", "no_dlq", f"group {group!r} has no dead-letter topic")
-    message = copies.find(store, msg_id, dlq)
+    message = copies.find(reader or store, msg_id, dlq)
     if message is None:
         raise NotFoundError("msg_id", "not_in_dlq", f"message {msg_id!r} is not in {dlq!r}")
     props = dict(message.properties)

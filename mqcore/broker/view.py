@@ -24,12 +24,12 @@ the resent one).
 from __future__ import annotations
 
 from mqcore.broker import copies
+from mqcore.broker.reader import StoreReader
 from mqcore.broker.types import ConsumeState, GroupConsumeStatus, MessageView
 from mqcore.message import MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import SCHEDULE_TOPIC, dlq_topic_name, retry_topic_name
 from mqcore.store.properties import PROPERTY_UNIQ_KEY
-from mqcore.store.store import MessageStore
 
 
 def subscribed_groups(metadata: Metadata, topic: str) -> list[str]:
@@ -43,7 +43,7 @@ def subscribed_groups(metadata: Metadata, topic: str) -> list[str]:
 
 
 def view_message(
-    store: MessageStore, metadata: Metadata, broker_name: str, msg_id: str
+    store: StoreReader, metadata: Metadata, broker_name: str, msg_id: str
 ) -> MessageView | None:
     """See the module docstring. None when no record has that id."""
     found = copies.find(store, msg_id)
@@ -65,7 +65,7 @@ def view_message(
 
 
 def _group_status(
-    store: MessageStore,
+    store: StoreReader,
     metadata: Metadata,
     group: str,
     uniq: str | None,

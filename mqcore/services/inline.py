@@ -15,6 +15,10 @@ The runtime's part (``cairn/runtime.py``)::
     loops = inline.build_service_loops(store, services=services_config)
     for loop in loops: loop.start()
     health["services"] = inline.services_status(store, loops)
+
+With tiered storage on (``tier`` given) an inline store also gets ``tiered_upload`` (woken
+by :meth:`ServiceLoop.wake`, else every few seconds) and ``tiered_retention`` (hourly),
+see :mod:`mqcore.services.tiered`; in Celery mode the workers run them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.services import cleanup, flush, follow, index_build, reput, status
+from mqcore.services import cleanup, flush, follow, index_build, reput, status, tiered
 from mqcore.services.cleanup import CleanupState
 from mqcore.services.config import Mode, ServicesConfig
 from mqcore.services.disk import DiskProbe, usage_ratio
@@ -31,6 +35,8 @@ from mqcore.services.runner import ServiceLoop
 from mqcore.store.progress import Slot
 from mqcore.store.roles import Role
 from mqcore.store.store import MessageStore
+from mqcore.tiered.retention import TopicAttributes
+from mqcore.tiered.storage import TieredStorage
 
 
 def store_role(mode: Mode | str) -> Role:
@@ -52,11 +58,15 @@ def build_service_loops(
     services: ServicesConfig | None = None,
     clock: Clock | None = None,
     probe: DiskProbe = usage_ratio,
+    tier: TieredStorage | None = None,
+    topic_attributes: TopicAttributes | None = None,
+    upload_interval_s: float = tiered.UPLOAD_INTERVAL_S,
 ) -> list[ServiceLoop]:
     """The service loops the broker process must start for ``store`` (not started yet).
 
-    A ``standalone`` store gets reput, flush, cleanup and index; a ``broker`` store (Celery
-    mode) gets only ``follow``.
+    A ``standalone`` store gets reput, flush, cleanup and index, plus ``tiered_upload`` and
+    ``tiered_retention`` when ``tier`` is given (``topic_attributes`` supplies each topic's
+    ``reserve.time``); a ``broker`` store (Celery mode) gets only ``follow``.
 
     Raises:
         ValueError: the store is read-only or a worker's (services role).
@@ -76,6 +86,18 @@ def build_service_loops(
         raise ValueError("service loops run in a writable standalone or broker store")
     flush_state = FlushState()
     cleanup_state = CleanupState()
+    tier_loops = (
+        [
+            ServiceLoop("tiered_upload", lambda: tiered.upload(store, tier), upload_interval_s),
+            ServiceLoop(
+                "tiered_retention",
+                lambda: tiered.retention(tier, topic_attributes),
+                tiered.RETENTION_INTERVAL_S,
+            ),
+        ]
+        if tier is not None
+        else []
+    )
     return [
         # Reput waits on the store's append event, so 1 s is only a safety net.
         ServiceLoop(
@@ -105,6 +127,7 @@ def build_service_loops(
             lambda: index_build.step(store, clock, max_bytes=services.index_step_bytes),
             1.0,
         ),
+        *tier_loops,
     ]
 
 

@@ -58,3 +58,5 @@ class GetResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
+    #: Which store served the read: ``local`` or ``tier`` (``mqcore.tiered.tiered_store``).
+    source: str = "local"

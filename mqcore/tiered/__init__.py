@@ -4,6 +4,10 @@
 * :mod:`mqcore.tiered.memory`, :mod:`mqcore.tiered.posix`: the two backends.
 * :mod:`mqcore.tiered.flat_file`: one queue's flat CommitLog and flat ConsumeQueue.
 * :mod:`mqcore.tiered.metadata`: upload progress in ``config/tieredStoreMetadata.json``.
+* :mod:`mqcore.tiered.storage`: a store's tier (backend, metadata, flat files, key index).
+* :mod:`mqcore.tiered.dispatcher`: the upload step; :mod:`mqcore.tiered.retention`: expiry.
+* :mod:`mqcore.tiered.key_index`: key -> queue offset index kept in the tier.
+* :mod:`mqcore.tiered.tiered_store`: reads through the tier (read strategies, read-ahead).
 """
 
 from mqcore.tiered.backend import (

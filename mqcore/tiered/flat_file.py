@@ -255,6 +255,8 @@ class FlatFile:
         config: segment sizes and group-commit thresholds.
         clock: time source for segment and progress timestamps.
         start_queue_offset: first queue offset of a queue the metadata does not know yet.
+        readonly: a reader beside another process's writer (Celery mode): the backend is
+            not reconciled (the writer owns it) and appends raise.
 
     Raises:
         TieredStoreError: the backend holds less than the metadata says was committed, or
@@ -271,7 +273,9 @@ class FlatFile:
         *,
         clock: Clock | None = None,
         start_queue_offset: int = 0,
+        readonly: bool = False,
     ) -> None:
+        self.readonly = readonly
         self.backend = backend
         self.metadata = metadata
         self.topic = topic
@@ -311,8 +315,9 @@ class FlatFile:
         )
         self._check_queue_end()
         report = ResumeReport()
-        self._commit_log.reconcile(report)
-        self._consume_queue.reconcile(report)
+        if not self.readonly:
+            self._commit_log.reconcile(report)
+            self._consume_queue.reconcile(report)
         self._check_commit_log_end()
         if not report.clean:
             log.warning(
@@ -381,7 +386,7 @@ class FlatFile:
     # -- writing ---------------------------------------------------------------------------
 
     def append(
-        self, record: bytes, queue_offset: int, tags_code: int, store_timestamp: int
+        self, record: bytes, queue_offset: int, tags_code: int, store_timestamp: int | None = None
     ) -> bool:
         """Buffer one record and its CQ unit (uploaded by :meth:`commit`). Thread-safe.
 
@@ -389,7 +394,8 @@ class FlatFile:
             record: the whole CommitLog record, as read from the local store.
             queue_offset: its queue offset; must be the dispatch offset.
             tags_code: the local CQ unit's tag code, copied as is.
-            store_timestamp: the record's STORETIMESTAMP (group-commit timeout, segment times).
+            store_timestamp: the record's STORETIMESTAMP (group-commit timeout, segment
+                times); None takes it from the record.
 
         Returns:
             True if appended, False if ``queue_offset`` was appended already (a re-dispatch
@@ -399,6 +405,8 @@ class FlatFile:
             ValidationError: ``queue_offset`` is past the dispatch offset (a gap).
             CorruptRecordError: ``record`` is not exactly one well-framed record.
         """
+        if self.readonly:
+            raise TieredStoreError(f"tiered {self.topic}/{self.queue_id} was opened read-only")
         with self._lock:
             if queue_offset < self._dispatch_offset:
                 return False
@@ -416,6 +424,8 @@ class FlatFile:
                     queue_offset,
                     f"not one record: {checked}",
                 )
+            if store_timestamp is None:
+                store_timestamp = checked.store_timestamp
             now_ms = self.clock.now_ms()
             phys_offset = self._commit_log.append(record, store_timestamp, now_ms)
             unit = CQ_UNIT.pack(phys_offset, len(record), tags_code)
@@ -498,6 +508,96 @@ class FlatFile:
             Unit(queue_offset + i, *CQ_UNIT.unpack_from(raw, i * CQ_UNIT_SIZE))
             for i in range(end - queue_offset)
         ]
+
+    def entries(
+        self, queue_offset: int, max_count: int, max_bytes: int | None = None
+    ) -> list[tuple[Unit, bytes]]:
+        """Committed (unit, record) pairs from ``queue_offset``, at most ``max_count`` and,
+        past the first, at most ``max_bytes`` of records. Thread-safe.
+
+        Raises:
+            CorruptIndexError: the backend lost committed bytes.
+        """
+        with self._lock:
+            units = self._units_locked(queue_offset, max_count)
+            if max_bytes is not None and units:
+                total, kept = 0, 0
+                for unit in units:
+                    if kept and total + unit.size > max_bytes:
+                        break
+                    total += unit.size
+                    kept += 1
+                units = units[:kept]
+            if not units:
+                return []
+            start = units[0].phys_offset
+            span = self._commit_log.read(start, units[-1].phys_offset + units[-1].size - start)
+        return [(u, span[u.phys_offset - start : u.phys_offset - start + u.size]) for u in units]
+
+    def size_bytes(self) -> int:
+        """Committed bytes in the tier (flat CommitLog + flat ConsumeQueue). Thread-safe."""
+        with self._lock:
+            return sum(
+                s.committed for log in (self._commit_log, self._consume_queue) for s in log.segments
+            )
+
+    def expire(self, before_ms: int) -> list[SegmentId]:
+        """Retention: drop the sealed CommitLog segments whose newest message was stored
+        before ``before_ms`` (oldest first, stopping at the first that stays; never the
+        last segment), move ``min_offset`` to the first unit pointing into what is left,
+        and drop the ConsumeQueue segments wholly below it. The metadata is saved before
+        the backend deletes, so a crash leaves only orphans that resume deletes.
+        Thread-safe.
+
+        Returns:
+            The deleted segments.
+        """
+        if self.readonly:
+            raise TieredStoreError(f"tiered {self.topic}/{self.queue_id} was opened read-only")
+        with self._lock:
+            logs = self._commit_log.segments
+            drop = 0
+            while (
+                drop < len(logs) - 1
+                and logs[drop].sealed
+                and not logs[drop].pending
+                and logs[drop].end_timestamp < before_ms
+            ):
+                drop += 1
+            if not drop:
+                return []
+            first_kept = logs[drop].base_offset
+            new_min = self._first_offset_at_or_after_locked(first_kept)
+            cq = self._consume_queue.segments
+            cq_drop = 0
+            while (
+                cq_drop < len(cq) - 1
+                and not cq[cq_drop].pending
+                and cq[cq_drop].base_offset + cq[cq_drop].committed <= new_min * CQ_UNIT_SIZE
+            ):
+                cq_drop += 1
+            gone = [self._commit_log._id(s.base_offset) for s in logs[:drop]]
+            gone += [self._consume_queue._id(s.base_offset) for s in cq[:cq_drop]]
+            del logs[:drop]
+            del cq[:cq_drop]
+            self._min_offset = new_min
+            self.metadata.put(self._progress_locked(self._commit_offset, self.clock.now_ms()))
+            self.metadata.save()
+            for segment_id in gone:
+                self.backend.delete(segment_id)
+            return gone
+
+    def _first_offset_at_or_after_locked(self, phys_offset: int) -> int:
+        """The first queue offset in [min, commit) whose unit points at or past
+        ``phys_offset`` (binary search over the flat ConsumeQueue)."""
+        low, high = self._min_offset, self._commit_offset
+        while low < high:
+            mid = (low + high) // 2
+            if self._unit_locked_unchecked(mid).phys_offset >= phys_offset:
+                high = mid
+            else:
+                low = mid + 1
+        return low
 
     def read(self, queue_offset: int, max_count: int) -> list[bytes]:
         """Committed records from ``queue_offset``, byte for byte as stored locally.

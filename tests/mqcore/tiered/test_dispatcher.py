@@ -1,0 +1,178 @@
+"""The upload dispatcher (spec 10 "Upload"): where a queue starts, group commit, retries
+after a failed upload, and the key index it builds."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from mqcore.clock import FakeClock
+from mqcore.message import Message
+from mqcore.services import cleanup
+from mqcore.services.cleanup import CleanupState
+from mqcore.store import MessageStore
+from mqcore.tiered import MemoryBackend, SegmentId, SegmentType, TieredStoreError
+from mqcore.tiered.dispatcher import upload_step
+from mqcore.tiered.storage import TieredStorage
+from tests.mqcore.tiered.world import EAGER, SMALL, TOPIC
+
+
+def put(store: MessageStore, count: int, clock: FakeClock, *, step_ms: int = 1000) -> None:
+    for i in range(count):
+        store.put_message(Message(TOPIC, f"m{i}".encode() * 10, keys=[f"k{i}"]), queue_id=0)
+        clock.advance(step_ms)
+    store.dispatch_until_caught_up()
+
+
+def local_records(store: MessageStore, queue_id: int) -> list[bytes | None]:
+    """Every record of a local queue, across ConsumeQueue files."""
+    queue = store.queues.get(TOPIC, queue_id)
+    assert queue is not None
+    out: list[bytes | None] = []
+    offset = queue.min_offset
+    while units := queue.units(offset, 1000):
+        out += [store.commit_log.read(u.phys_offset, u.size) for u in units]
+        offset = units[-1].queue_offset + 1
+    return out
+
+
+def test_a_new_queue_starts_two_minutes_back(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        put(store, 200, clock)  # one per second: the last 120 are within 2 min
+        tier = TieredStorage(
+            MemoryBackend(),
+            tmp_path,
+            dataclasses.replace(EAGER, initial_window_ms=120_000),
+            clock=clock,
+        )
+        result = upload_step(store, tier, force=True)
+        flat = tier.flat_file(TOPIC, 0)
+        assert flat is not None
+        assert flat.min_offset == 80 and flat.commit_offset == 200
+        assert result.messages_appended == 120 and result.messages_committed == 120
+
+
+def test_the_window_is_clamped_to_the_local_queue(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        put(store, 10, clock, step_ms=60_000)  # everything is older than the window
+        clock.advance(3_600_000)
+        tier = TieredStorage(
+            MemoryBackend(),
+            tmp_path,
+            dataclasses.replace(EAGER, initial_window_ms=120_000),
+            clock=clock,
+        )
+        upload_step(store, tier, force=True)
+        assert tier.flat_file(TOPIC, 0) is None or tier.flat_file(TOPIC, 0).commit_offset == 10  # type: ignore[union-attr]
+        put(store, 1, clock)
+        upload_step(store, tier, force=True)
+        flat = tier.flat_file(TOPIC, 0)
+        assert flat is not None and (flat.min_offset, flat.commit_offset) == (10, 11)
+
+
+def test_group_commit_waits_for_count_size_or_age(tmp_path: Path) -> None:
+    clock = FakeClock()
+    config = dataclasses.replace(EAGER, group_commit_count=50, group_commit_timeout_ms=30_000)
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        tier = TieredStorage(MemoryBackend(), tmp_path, config, clock=clock)
+        put(store, 10, clock, step_ms=10)
+        result = upload_step(store, tier)
+        flat = tier.flat_file(TOPIC, 0)
+        assert flat is not None
+        assert (result.messages_appended, result.messages_committed) == (10, 0)
+        assert (flat.dispatch_offset, flat.commit_offset) == (10, 0)
+        assert upload_step(store, tier).messages_committed == 0  # still young and few
+        put(store, 45, clock, step_ms=10)  # 55 waiting >= 50
+        result = upload_step(store, tier)
+        assert flat.commit_offset == 50 and result.messages_committed == 50
+        clock.advance(30_000)  # the 5 left over are now old enough
+        assert upload_step(store, tier).messages_committed == 5
+        put(store, 1, clock)
+        assert upload_step(store, tier, force=True).messages_committed == 1
+        assert flat.commit_offset == 56
+
+
+def test_group_commit_by_size(tmp_path: Path) -> None:
+    clock = FakeClock()
+    config = dataclasses.replace(
+        EAGER,
+        group_commit_count=10_000,
+        group_commit_size_bytes=2000,
+        group_commit_timeout_ms=10**9,
+    )
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        tier = TieredStorage(MemoryBackend(), tmp_path, config, clock=clock)
+        put(store, 30, clock, step_ms=1)  # ~175-byte records: ~12 make 2000 bytes
+        result = upload_step(store, tier)
+        record = result.bytes_appended // 30
+        per_commit = -(-2000 // record)
+        assert result.commits == 30 // per_commit
+        assert result.messages_committed == result.commits * per_commit
+
+
+class FlakyAppends(MemoryBackend):
+    """Fails the next ``fail`` appends (after writing half the bytes when ``partial``)."""
+
+    fail = 0
+    partial = False
+
+    def append(self, segment: SegmentId, data: bytes, position: int) -> int:
+        if self.fail:
+            self.fail -= 1
+            if self.partial and len(data) > 1:
+                super().append(segment, data[: len(data) // 2], position)
+            raise TieredStoreError(f"{segment}: upload failed")
+        return super().append(segment, data, position)
+
+
+def test_a_failed_upload_is_retried_without_loss_or_duplicates(tmp_path: Path) -> None:
+    clock = FakeClock()
+    backend = FlakyAppends()
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        tier = TieredStorage(backend, tmp_path, EAGER, clock=clock)
+        put(store, 25, clock)
+        backend.fail, backend.partial = 1, True
+        first = upload_step(store, tier, force=True)
+        assert first.errors and "upload failed" in first.errors[0]
+        committed_before = tier.metadata.get(TOPIC, 0)
+        for _ in range(3):
+            upload_step(store, tier, force=True)
+        flat = tier.flat_file(TOPIC, 0)
+        assert flat is not None and flat.commit_offset == 25
+        assert committed_before is None or committed_before.commit_offset < 25
+        assert [raw for _, raw in flat.entries(0, 100)] == local_records(store, 0)
+
+
+def test_committed_messages_get_key_index_entries(tmp_path: Path) -> None:
+    clock = FakeClock()
+    backend = MemoryBackend()
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        tier = TieredStorage(backend, tmp_path, EAGER, clock=clock)
+        put(store, 30, clock)
+        result = upload_step(store, tier, force=True)
+        # UNIQ_KEY, one KEYS entry and the offsetMsgId per message.
+        assert result.keys_indexed == 90
+        [hit] = tier.key_index.lookup(TOPIC, 0, "k7", 0, 2**62)
+        assert hit.queue_offset == 7
+        assert tier.key_index.lookup(TOPIC, 0, "k7", 0, hit.store_timestamp - 1) == []
+        assert tier.key_index.lookup(TOPIC, 0, "nope", 0, 2**62) == []
+        assert len(backend.list_segments(TOPIC, 0, SegmentType.INDEX)) > 1  # rolled
+
+
+def test_a_local_gap_is_reported_not_skipped(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        tier = TieredStorage(MemoryBackend(), tmp_path, EAGER, clock=clock)
+        put(store, 5, clock)
+        upload_step(store, tier, force=True)
+        put(store, 300, clock)
+        state = CleanupState()  # cleanup deletes what was never uploaded
+        for _ in range(20):
+            cleanup.step(store, state, clock, probe=lambda _p: 0.86, first_delay_ms=0)
+        assert store.min_offset(TOPIC, 0) > 5
+        result = upload_step(store, tier, force=True)
+        assert result.gaps and result.messages_appended == 0
+        flat = tier.flat_file(TOPIC, 0)
+        assert flat is not None and flat.commit_offset == 5
