@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections, router
+from django.utils import timezone
 
 from api.models import AuditEntry
 from api.roles import role_of
@@ -53,3 +55,45 @@ def record(
         new_value=_jsonable(new),
         remote_addr=remote[:64],
     )
+
+
+def record_quickly(request: Any, action: str, target_type: str, target: str, *, new: Any) -> None:
+    """:func:`record` for a request's hot path (a send): the same row, written with one
+    INSERT of the model's own columns and values (``get_db_prep_save``), without building
+    and saving a model instance, which cost as much as the rest of a single send. Nothing
+    listens to the model's save signals. ``new`` must be plain JSON already."""
+    user = request.user if request.user.is_authenticated else None
+    alias = router.db_for_write(AuditEntry)
+    connection = connections[alias]
+    values = {
+        "timestamp": timezone.now(),
+        "user": user.pk if user is not None else None,
+        "username": user.get_username() if user is not None else "anonymous",
+        "role": (role_of(user) or "") if user is not None else "",
+        "action": action,
+        "target_type": target_type,
+        "target": target[:300],
+        "old_value": None,
+        "new_value": new,
+        "remote_addr": (request.META.get("REMOTE_ADDR", "") or "")[:64],
+    }
+    sql, fields = _insert_sql(alias)
+    params = [f.get_db_prep_save(values[f.name], connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+_INSERTS: dict[str, tuple[str, list[Any]]] = {}
+
+
+def _insert_sql(alias: str) -> tuple[str, list[Any]]:
+    """``INSERT INTO <audit table> (<columns>) VALUES (%s, ...)`` and its fields, in order."""
+    found = _INSERTS.get(alias)
+    if found is None:
+        quote = connections[alias].ops.quote_name
+        fields = [f for f in AuditEntry._meta.concrete_fields if not f.primary_key]
+        columns = ", ".join(quote(f.column) for f in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        sql = f"INSERT INTO {quote(AuditEntry._meta.db_table)} ({columns}) VALUES ({marks})"
+        found = _INSERTS[alias] = (sql, fields)
+    return found

@@ -17,7 +17,10 @@ creates a topic with ``POST /api/v1/topics`` and then drives the API with one ke
 
 Ceilings measured in the same run: ``GET /healthz`` on the same connection (Daphne + Django
 with no broker work and no auth) and a raw loopback TCP round trip to a tiny echo server
-thread (the socket floor). Targets: single send p50 < 3 ms, batch >= 50,000 msg/s.
+thread (the socket floor). Each row also shows the broker process's CPU time per request
+(from /proc, Linux only): what a request cost the broker itself, background reput included,
+which other processes on a busy machine inflate far less than they inflate latency.
+Targets: single send p50 < 3 ms, batch >= 50,000 msg/s.
 The broker is stopped with SIGTERM at the end and the temp dir removed.
 """
 
@@ -36,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -68,8 +71,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def broker() -> Iterator[tuple[int, dict[str, str]]]:
-    """A private ``runbroker``; yields (HTTP port, its environment)."""
+def broker() -> Iterator[tuple[int, dict[str, str], int]]:
+    """A private ``runbroker``; yields (HTTP port, its environment, its pid)."""
     data_dir = tempfile.mkdtemp(prefix="cairn-bench-rest-")
     port = free_port()
     env = dict(
@@ -106,7 +109,7 @@ def broker() -> Iterator[tuple[int, dict[str, str]]]:
             if time.monotonic() > deadline:
                 raise SystemExit(f"broker not healthy after 120 s:\n{log_path.read_text()}")
             time.sleep(0.1)
-        yield port, env
+        yield port, env, proc.pid
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -158,6 +161,37 @@ class Client:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) the process has used so far, from /proc (None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """The broker's CPU time per request over one workload: what the request cost the broker
+    itself (its HTTP stack, the view, the store, and the background reput it causes), which
+    other processes on the machine inflate much less than latency."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.per_request: dict[str, float] = {}
+
+    @contextmanager
+    def measure(self, name: str, requests: Callable[[], int]) -> Iterator[None]:
+        before = cpu_seconds(self.pid)
+        yield
+        after = cpu_seconds(self.pid)
+        if before is not None and after is not None and requests():
+            self.per_request[name] = (after - before) / requests()
+
+    def column(self, name: str) -> str:
+        value = self.per_request.get(name)
+        return "" if value is None else f"   broker CPU {value * 1e3:7.3f} ms/request"
 
 
 # -- ceilings ----------------------------------------------------------------------------------
@@ -309,9 +343,10 @@ def main() -> None:
         f"bodies of {args.body_bytes} bytes, one key each; one keep-alive connection"
     )
     echo = tcp_echo_round_trip(args.sends + warmup)[warmup:]
-    with broker() as (port, env):
+    with broker() as (port, env, pid):
         token = create_token(env)
         client = Client(port, token)
+        cpu = CpuMeter(pid)
         try:
             client.check(
                 "POST",
@@ -320,25 +355,34 @@ def main() -> None:
                 expect=201,
             )
             topic_path = f"/api/v1/topics/{quote(TOPIC, safe='')}/messages"
-            ceiling = healthz(client, args.sends, warmup)
+            with cpu.measure("healthz", lambda: args.sends + warmup):
+                ceiling = healthz(client, args.sends, warmup)
             begin = int(time.time() * 1000) - 1000
-            single = single_send(client, topic_path, body, args.sends, warmup)
-            rate, per_batch = batch_send(client, topic_path, body, args.batches, args.batch_size)
+            with cpu.measure("single", lambda: args.sends + warmup):
+                single = single_send(client, topic_path, body, args.sends, warmup)
+            with cpu.measure("batch", lambda: args.batches + 2):
+                rate, per_batch = batch_send(
+                    client, topic_path, body, args.batches, args.batch_size
+                )
             end = int(time.time() * 1000) + 1000
             wait_indexed(client, topic_path, f"single-{args.sends + warmup - 1}", begin, end)
             step = max(1, args.sends // args.queries)
             keys = [f"single-{warmup + i * step}" for i in range(args.queries)]
-            query = key_query(client, topic_path, keys, begin, end)
+            with cpu.measure("query", lambda: len(keys)):
+                query = key_query(client, topic_path, keys, begin, end)
         finally:
             client.close()
 
     print("ceilings (this machine, this run):")
     print(f"  TCP echo round trip (64 B)         {fmt_ms(echo)}")
-    print(f"  GET /healthz (HTTP stack, no auth) {fmt_ms(ceiling)}")
+    print(f"  GET /healthz (HTTP stack, no auth) {fmt_ms(ceiling)}{cpu.column('healthz')}")
     print("results:")
-    print(f"  single send (1 msg/request)        {fmt_ms(single)}")
-    print(f"  {f'batch send ({args.batch_size} msgs/request)':34} {fmt_ms(per_batch)}")
-    print(f"  key query                          {fmt_ms(query)}")
+    print(f"  single send (1 msg/request)        {fmt_ms(single)}{cpu.column('single')}")
+    print(
+        f"  {f'batch send ({args.batch_size} msgs/request)':34} {fmt_ms(per_batch)}"
+        f"{cpu.column('batch')}"
+    )
+    print(f"  key query                          {fmt_ms(query)}{cpu.column('query')}")
 
     single_p50 = percentile(single, 0.50)
     rows = [

@@ -4,16 +4,20 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
 
 # Django must be set up before anything imports models (Channels' auth does).
-django_http = get_asgi_application()
+django.setup(set_prefix=False)
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from cairn.handler import OneHopASGIHandler  # noqa: E402
 from webui.metrics import sampler  # noqa: E402
 from webui.routing import websocket_application  # noqa: E402
+
+# HTTP: Django with the middleware chain and the view in one thread hop (cairn.handler).
+django_http = OneHopASGIHandler()
 
 # WebSocket: origin check, session or ?token= authentication, then the routes (webui.auth).
 application = ProtocolTypeRouter(

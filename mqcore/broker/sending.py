@@ -29,6 +29,10 @@ unless every message passes.
 
 Queue choice: explicit ``queue_id``; else ``abs(hashCode(sharding_key)) % writeQueueNums``
 (RocketMQ ``SelectMessageQueueByHash``: same key, same queue); else round robin per topic.
+A send is stored with one put per queue (:func:`store_placed`). Messages without user
+properties and without a delay level carry no properties dict and get their ``UNIQ_KEY``
+from the store, which then encodes them in its plain-batch loop; their properties are still
+checked here, so the whole send fails or none of it.
 
 Delay hook (spec 9, ``HookUtils.handleScheduleMessage``): a message with delay level > 0 is
 stored in ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC``/``REAL_QID`` holding
@@ -38,10 +42,10 @@ the rest (the ConsumeQueue tag code of such a record is its deliver time).
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from mqcore.broker.errors import NoPermissionError
 from mqcore.broker.types import OutgoingMessage, SendResult, SendStatus
@@ -66,6 +70,7 @@ from mqcore.store.properties import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_KEY,
+    encode_message_properties,
     encode_properties,
     is_system_property,
 )
@@ -90,12 +95,42 @@ class Placed:
     delayed: bool
 
 
+# Builders: the same slots as a frozen dataclass, assignable. Filled, then their
+# ``__class__`` set to the dataclass (identical layouts), they are ordinary frozen instances.
+# A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (~1.5 us
+# for nine fields), a slot store costs ~20 ns, and this is per message on the send path
+# (``mqcore.store.plain_batch`` does the same for PutResult).
+
+
+class _PlacedBuilder:
+    __slots__ = Placed.__slots__
+
+
+class _SendResultBuilder:
+    __slots__ = SendResult.__slots__
+
+
+assert _PlacedBuilder.__slots__ == tuple(f.name for f in fields(Placed))
+assert _SendResultBuilder.__slots__ == tuple(f.name for f in fields(SendResult))
+
+
+def _placed(message: Message, queue_id: int) -> Placed:
+    """``Placed(message, queue_id, message.topic, queue_id, False)``, built cheaply."""
+    p: Any = _PlacedBuilder()
+    p.message = message
+    p.store_queue_id = p.real_queue_id = queue_id
+    p.real_topic = message.topic
+    p.delayed = False
+    p.__class__ = Placed
+    return p  # type: ignore[no-any-return]
+
+
 class QueueSelector:
     """Round-robin counters per topic, and the key hash. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counters: dict[str, itertools.count[int]] = {}
+        self._counters: dict[str, int] = {}
 
     def select(self, topic: TopicConfig, queue_id: int | None, sharding_key: str | None) -> int:
         """The queue for one message (``queue_id`` already range-checked)."""
@@ -104,11 +139,15 @@ class QueueSelector:
         writable = max(1, topic.write_queue_nums)
         if sharding_key:
             return abs(java_string_hash(sharding_key)) % writable
+        return self.reserve(topic.topic_name, 1) % writable
+
+    def reserve(self, topic: str, count: int) -> int:
+        """Take ``count`` consecutive round-robin positions of ``topic`` (one lock for a
+        batch); returns the first. Position ``p`` is queue ``p % writeQueueNums``."""
         with self._lock:
-            counter = self._counters.get(topic.topic_name)
-            if counter is None:
-                counter = self._counters[topic.topic_name] = itertools.count()
-            return next(counter) % writable
+            first = self._counters.get(topic, 0)
+            self._counters[topic] = first + count
+        return first
 
 
 def resolve_topic(
@@ -188,21 +227,37 @@ def place_messages(
     max_delay_level: int,
 ) -> list[Placed]:
     """Validate every message (spec 11 steps 5 and 8-9), then choose queues and apply the
-    delay hook. Raises on the first broken rule; see the module docstring."""
+    delay hook. Raises on the first broken rule; see the module docstring.
+
+    One pass per message, in the order of the rules; field names (``messages[i].body``) are
+    only formatted for an error: this loop runs for every message of a batch."""
     batch = len(messages) > 1
+    round_robin = 0  # messages whose queue is the topic's next round-robin position
     for i, out in enumerate(messages):
-        check_queue_id(config, out.queue_id, _field("queue_id", i, batch))
+        queue_id = out.queue_id
+        if queue_id is not None and queue_id >= 0:
+            check_queue_id(config, queue_id, _field("queue_id", i, batch))
+        elif not out.sharding_key:
+            round_robin += 1
     check_writable(config)
     if not messages:
         raise ValidationError("messages", "empty", "messages: send at least one message")
+    topic = config.topic_name
+    writable = max(1, config.write_queue_nums)
+    position = selector.reserve(topic, round_robin) if round_robin else 0
+    # Stands in for the UNIQ_KEY the store will give a message without properties, when its
+    # encoded properties are measured (same length as the ids of this process).
+    id_placeholder = "0" * len(uniq.next_id())
     total = 0
     placed = []
     for i, out in enumerate(messages):
-        try:
-            validate_body(out.body, max_message_size)
-        except ValidationError as exc:
-            raise _renamed(exc, _field("body", i, batch)) from None
-        total += len(out.body)
+        body = out.body
+        if body is None or not 0 < len(body) <= max_message_size:
+            try:
+                validate_body(body, max_message_size)
+            except ValidationError as exc:
+                raise _renamed(exc, _field("body", i, batch)) from None
+        total += len(body)
         if out.delay_level < 0:
             raise ValidationError(
                 _field("delay_level", i, batch),
@@ -210,9 +265,20 @@ def place_messages(
                 f"{_field('delay_level', i, batch)}: must be 0 (none) or a level from 1 to "
                 f"{max_delay_level} (got {out.delay_level})",
             )
-        message = _to_message(config.topic_name, out, uniq, born_host, _field("", i, batch))
-        queue_id = selector.select(config, out.queue_id, out.sharding_key)
-        placed.append(to_schedule(message, queue_id, max_delay_level))
+        queue_id = out.queue_id
+        if queue_id is None or queue_id < 0:
+            if out.sharding_key:
+                queue_id = abs(java_string_hash(out.sharding_key)) % writable
+            else:
+                queue_id = position % writable
+                position += 1
+        if not out.properties and out.delay_level <= 0:
+            placed.append(
+                _placed(_plain_message(topic, out, born_host, i, batch, id_placeholder), queue_id)
+            )
+        else:
+            message = _to_message(topic, out, uniq, born_host, _field("", i, batch))
+            placed.append(to_schedule(message, queue_id, max_delay_level))
     if total > max_batch_bytes:
         raise MessageIllegalError(
             "messages",
@@ -263,6 +329,37 @@ def _to_message(
     return message
 
 
+def _plain_message(
+    topic: str,
+    out: OutgoingMessage,
+    born_host: HostAddress | None,
+    index: int,
+    batch: bool,
+    id_placeholder: str,
+) -> Message:
+    """A message without user properties and not delayed: no properties dict, and no
+    ``UNIQ_KEY`` (the store gives it one, as it does to every message without one), so the
+    store can encode the batch in its plain loop (``mqcore.store.plain_batch``). Its
+    properties are checked here all the same, as the store will encode them (with an id as
+    long as the store's), so a bad one fails the whole send before anything is stored."""
+    message = Message(
+        topic,
+        out.body,
+        tags=out.tag or None,
+        keys=out.keys,
+        flag=out.flag,
+        born_timestamp=out.born_timestamp,
+        born_host=born_host,
+    )
+    try:
+        validate_properties_size(
+            encode_message_properties(message.tags, message.keys_value(), 0, id_placeholder)
+        )
+    except ValidationError as exc:
+        raise _renamed(exc, _field("properties", index, batch)) from None
+    return message
+
+
 def to_schedule(message: Message, queue_id: int, max_delay_level: int) -> Placed:
     """The delay hook: park a message with delay level > 0 in ``SCHEDULE_TOPIC_XXXX``."""
     level = min(message.delay_level, max_delay_level)
@@ -288,20 +385,29 @@ def to_schedule(message: Message, queue_id: int, max_delay_level: int) -> Placed
 def store_placed(
     store: MessageStore, placed: Sequence[Placed], broker_name: str
 ) -> list[SendResult]:
-    """Put the messages, consecutive runs for the same stored queue as one batch (one lock,
-    consecutive offsets). Raises on a refused put; maps the rest to SendResults."""
-    results: list[SendResult] = []
-    i = 0
-    while i < len(placed):
-        j = i + 1
-        key = (placed[i].message.topic, placed[i].store_queue_id)
-        while j < len(placed) and (placed[j].message.topic, placed[j].store_queue_id) == key:
-            j += 1
-        run = placed[i:j]
-        puts = store.put_messages([p.message for p in run], key[1])
-        results += [_send_result(p, put, broker_name) for p, put in zip(run, puts, strict=True)]
-        i = j
-    return results
+    """Put the messages, those for the same stored queue as one batch (one lock, consecutive
+    offsets in the order given), queues in the order they first appear. A round-robin batch
+    spreads over the queues message by message; putting it queue by queue gives every
+    message the same queue offset as putting it one by one, in one put per queue instead of
+    one per message. Raises on a refused put; returns the SendResults in the order given."""
+    if len(placed) == 1:
+        only = placed[0]
+        (put,) = store.put_messages([only.message], only.store_queue_id)
+        return [_send_result(only, put, broker_name)]
+    groups: dict[tuple[str, int], list[int]] = {}
+    for index, p in enumerate(placed):
+        key = (p.message.topic, p.store_queue_id)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [index]
+        else:
+            group.append(index)
+    results: list[SendResult | None] = [None] * len(placed)
+    for (_, queue_id), indexes in groups.items():
+        puts = store.put_messages([placed[i].message for i in indexes], queue_id)
+        for i, put in zip(indexes, puts, strict=True):
+            results[i] = _send_result(placed[i], put, broker_name)
+    return results  # type: ignore[return-value]  # every index was filled
 
 
 def _send_result(placed: Placed, put: PutResult, broker_name: str) -> SendResult:
@@ -315,14 +421,15 @@ def _send_result(placed: Placed, put: PutResult, broker_name: str) -> SendResult
         raise MessageIllegalError("message", "illegal", f"the store refused the message: {put}")
     else:
         raise StoreError(f"the store could not write the message ({put.status})")
-    return SendResult(
-        status=status,
-        msg_id=put.msg_id,
-        offset_msg_id=put.offset_msg_id,
-        topic=placed.real_topic,
-        queue_id=placed.real_queue_id,
-        queue_offset=put.queue_offset,
-        broker_name=broker_name,
-        store_timestamp=put.store_timestamp,
-        delayed=placed.delayed,
-    )
+    r: Any = _SendResultBuilder()
+    r.status = status
+    r.msg_id = put.msg_id
+    r.offset_msg_id = put.offset_msg_id
+    r.topic = placed.real_topic
+    r.queue_id = placed.real_queue_id
+    r.queue_offset = put.queue_offset
+    r.broker_name = broker_name
+    r.store_timestamp = put.store_timestamp
+    r.delayed = placed.delayed
+    r.__class__ = SendResult
+    return r  # type: ignore[no-any-return]

@@ -1,0 +1,174 @@
+"""The send body without DRF for the well-formed case: what the REST send path runs first.
+
+DRF's ``SendSerializer`` validates a 1000-message batch field object by field object (deep
+copies of the fields, one ``run_validation`` per value): about as much time as storing the
+batch. :func:`plain_messages` checks the same rules in one loop over the JSON, but only
+*accepts*: for any body that is not plainly valid (a missing or unknown field, a wrong type,
+a value DRF would trim, coerce or refuse, a bad base64 string ...) it returns None, and the
+view runs the serializer, whose errors (every broken rule, ``field`` and ``rule`` named) are
+what the client gets. So a client never sees an error from this module, and every message it
+accepts is the one the serializer would have produced (``tests/api/test_send_input.py``
+compares the two on generated bodies).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from api.serializers.common import INT32_MAX
+from mqcore.broker.types import OutgoingMessage
+
+#: The fields of ``MessageInSerializer``; any other key makes the body "not plain".
+FIELDS = frozenset(
+    {
+        "body",
+        "body_encoding",
+        "keys",
+        "tag",
+        "properties",
+        "queue_id",
+        "sharding_key",
+        "delay_level",
+    }
+)
+_MAX_KEYS = 64  # KeysField max_length
+_MAX_TEXT = 1024  # max_length of a key, the tag and the sharding key
+
+
+class _OutgoingBuilder:
+    """The slots of the frozen :class:`OutgoingMessage`, assignable: filled, then its
+    ``__class__`` set (identical layouts), it is an ordinary OutgoingMessage. The dataclass's
+    own ``__init__`` (nine ``object.__setattr__`` calls) cost ~2 us a message, half of this
+    module's time (``mqcore.store.plain_batch`` does the same for PutResult)."""
+
+    __slots__ = OutgoingMessage.__slots__
+
+
+# Every slot is set in _message: a field added to OutgoingMessage must be added there too.
+assert set(_OutgoingBuilder.__slots__) == {
+    "body", "tag", "keys", "properties", "queue_id", "sharding_key", "delay_level", "flag",
+    "born_timestamp",
+}  # fmt: skip
+
+
+def plain_messages(data: Any, max_messages: int) -> list[OutgoingMessage] | None:
+    """The messages of ``{"messages": [...]}``, or None if the serializer must decide."""
+    if data.__class__ is not dict or len(data) != 1:
+        return None
+    items = data.get("messages")
+    if items.__class__ is not list or not 0 < len(items) <= max_messages:
+        return None
+    out: list[OutgoingMessage] = []
+    append = out.append
+    for item in items:
+        message = _message(item)
+        if message is None:
+            return None
+        append(message)
+    return out
+
+
+def _message(item: Any) -> OutgoingMessage | None:
+    if item.__class__ is not dict or not FIELDS.issuperset(item):
+        return None
+    body = _body(item.get("body"), item.get("body_encoding", "text"))
+    if body is None:
+        return None
+    keys: Any = item.get("keys", ())
+    if keys.__class__ is list:
+        if len(keys) > _MAX_KEYS:
+            return None
+        for key in keys:
+            # DRF strips surrounding whitespace and refuses blanks and inner whitespace:
+            # [key] == key.split() holds exactly for a non-empty key with no whitespace.
+            if key.__class__ is not str or [key] != key.split() or not _text(key):
+                return None
+        keys = tuple(keys)
+    elif keys != ():  # a string of keys, null, a number ...: the serializer decides
+        return None
+    tag = item.get("tag")
+    if tag is not None and (
+        tag.__class__ is not str or (tag and tag != tag.strip()) or not _text(tag)
+    ):
+        return None
+    properties = item.get("properties")
+    if properties is not None:
+        if properties.__class__ is not dict:
+            return None
+        for name, value in properties.items():
+            if not name or value.__class__ is not str or not _text(name, 0) or not _text(value, 0):
+                return None
+    sharding_key = item.get("sharding_key")
+    if sharding_key is not None and (
+        sharding_key.__class__ is not str
+        or not sharding_key
+        or sharding_key != sharding_key.strip()
+        or not _text(sharding_key)
+    ):
+        return None
+    queue_id = item.get("queue_id")
+    if queue_id is not None and not _int(queue_id):
+        return None
+    delay_level = item.get("delay_level", 0)
+    if not _int(delay_level):
+        return None
+    m: Any = _OutgoingBuilder()
+    m.body = body
+    m.tag = tag or None
+    m.keys = keys
+    m.properties = dict(properties) if properties else {}
+    m.queue_id = queue_id
+    m.sharding_key = sharding_key
+    m.delay_level = delay_level
+    m.flag = 0
+    m.born_timestamp = None
+    m.__class__ = OutgoingMessage
+    return m  # type: ignore[no-any-return]
+
+
+def _body(body: Any, encoding: Any) -> bytes | None:
+    """``decode_body``'s bytes, or None where it (or the field checks) would refuse."""
+    if encoding == "text" and encoding.__class__ is str:
+        if body.__class__ is not str or not body:
+            return None
+        try:
+            return body.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    if encoding == "base64" and encoding.__class__ is str:
+        if body.__class__ is not str:
+            return None
+        try:
+            return base64.b64decode(body.encode("ascii"), validate=True) or None
+        except (binascii.Error, UnicodeEncodeError, ValueError):
+            return None
+    if encoding == "json" and encoding.__class__ is str and body is not None:
+        try:
+            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    return None
+
+
+def _text(value: str, max_length: int = _MAX_TEXT) -> bool:
+    """Text DRF's CharField and ``record_text`` keep as it is: within ``max_length`` (0: no
+    limit), no NUL (DRF refuses it), no record separators, no lone surrogates."""
+    if max_length and len(value) > max_length:
+        return False
+    if "\x00" in value or "\x01" in value or "\x02" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _int(value: Any) -> bool:
+    """A JSON integer within the serializer's bounds (bools, floats and strings: no)."""
+    return value.__class__ is int and 0 <= value <= INT32_MAX
