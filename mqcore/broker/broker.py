@@ -259,8 +259,9 @@ class Broker(BrokerAdmin):
 
         Each message's queue is its ``queue_id``, else the hash of its ``sharding_key``,
         else round robin. A message with a delay level appears in its topic once due (the
-        delay_delivery service). Messages stored for the same queue in a row are appended as
-        one batch (consecutive offsets); nothing is stored unless every message is valid.
+        delay_delivery service). The messages for one queue are appended as one batch (one
+        put per queue, in the order given, consecutive offsets); nothing is stored unless
+        every message is valid.
 
         Args:
             born_host: the producer's address (None: 127.0.0.1:0).
