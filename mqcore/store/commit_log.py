@@ -33,9 +33,10 @@ from typing import NamedTuple
 
 from mqcore.clock import Clock
 from mqcore.errors import CorruptRecordError, MessageIllegalError
-from mqcore.message import MessageExt
+from mqcore.message import Message, MessageExt
 from mqcore.store.config import StoreConfig
 from mqcore.store.delay_levels import parse_delay_levels
+from mqcore.store.dispatch_scan import Row, scan_rows
 from mqcore.store.format import (
     Blank,
     Corrupt,
@@ -47,6 +48,7 @@ from mqcore.store.format import (
 )
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
+from mqcore.store.plain_batch import PlainContext, encode_plain
 from mqcore.store.record_layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -56,6 +58,7 @@ from mqcore.store.record_layout import (
     SYSFLAG_POSITION,
     store_timestamp_position,
 )
+from mqcore.store.results import PutResult
 from mqcore.store.segments import MappedFileQueue
 
 
@@ -208,6 +211,46 @@ class CommitLog:
         segment.store_timestamp_ms = store_timestamp
         return appended
 
+    def append_plain(self, msgs: Sequence[Message], ctx: PlainContext) -> list[PutResult] | None:
+        """Append a plain batch (``plain_batch.py``) contiguously in one segment, under the
+        put lock: the same bytes and offsets as :meth:`append`. Thread-safe.
+
+        Returns:
+            The PutResults (status PUT_OK), or None when the batch is not plain (nothing
+            written: take the general path).
+
+        Raises:
+            MessageIllegalError: as :meth:`append` (too big for a segment, or an integer
+                field outside its width); nothing is written then.
+        """
+        key = (msgs[0].topic, ctx.queue_id)
+        with self.put_lock:
+            segment = self.segments.last_or_create(0)
+            store_timestamp = self.clock.now_ms()
+            queue_offset = self.queue_offsets.get(key, 0)
+            phys_offset = segment.base_offset + segment.wrote_position
+            batch = encode_plain(msgs, ctx, phys_offset, queue_offset, store_timestamp)
+            if batch is None:
+                return None
+            if batch.total + END_FILE_MIN_BLANK_LENGTH > segment.remaining:
+                if batch.total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                    raise MessageIllegalError(
+                        "messages",
+                        "max_batch_bytes",
+                        f"messages: {batch.total} bytes do not fit in one CommitLog segment "
+                        f"of {self.file_size} bytes",
+                    )
+                segment.fill_to_end(encode_blank(segment.remaining))
+                segment = self.segments.last_or_create(0)
+                phys_offset = segment.base_offset + segment.wrote_position
+                # Encoding is deterministic: the same records at the new position.
+                batch = encode_plain(msgs, ctx, phys_offset, queue_offset, store_timestamp)
+                assert batch is not None
+            segment.append(b"".join(batch.parts))
+            self.queue_offsets[key] = batch.next_queue_offset
+            segment.store_timestamp_ms = store_timestamp
+        return batch.results
+
     def flush(self, least_pages: int) -> bool:
         """One flush pass (spec 6.2). Thread-safe: flushes are serialised.
 
@@ -328,6 +371,33 @@ class CommitLog:
                 break
             offset = base + self.file_size
         yield offset
+
+    def dispatch_rows(
+        self, from_offset: int, end_offset: int, max_bytes: int, delay_levels_ms: Sequence[int]
+    ) -> tuple[list[Row], int]:
+        """:meth:`iter_dispatch` as rows (``dispatch_scan.py``): the same walk, the same stops,
+        the fields reput writes. Returns the rows and the offset the walk reached."""
+        rows: list[Row] = []
+        offset = max(from_offset, self.min_offset)
+        budget_end = offset + max_bytes
+        while offset < end_offset and offset < budget_end:
+            segment = self.segments.find(offset)
+            if segment is None or not segment.hold():
+                break
+            base = segment.base_offset
+            try:
+                limit = min(segment.wrote_position, end_offset - base)
+                stop = min(limit, budget_end - base)
+                pos, to_next_segment = scan_rows(
+                    segment.buffer, offset - base, stop, limit, delay_levels_ms, rows
+                )
+            finally:
+                segment.release()
+            if not to_next_segment:
+                offset = base + pos
+                break
+            offset = base + self.file_size
+        return rows, offset
 
     # -- tools ----------------------------------------------------------------------------
 

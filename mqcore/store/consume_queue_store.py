@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -169,6 +169,42 @@ class ConsumeQueueStore:
             if units is None:
                 units = groups[key] = []
             units.append((r.phys_offset, r.size, r.tags_code, r.queue_offset))
+        written = 0
+        for (topic, queue_id), units in groups.items():
+            written += self.find_or_create(topic, queue_id).put_many(units)
+        return written
+
+    def put_columns(
+        self,
+        topics: Sequence[str],
+        queue_ids: Sequence[int],
+        phys_offsets: Sequence[int],
+        sizes: Sequence[int],
+        tags_codes: Sequence[int],
+        queue_offsets: Sequence[int],
+    ) -> int:
+        """:meth:`put_many` given as columns (reput's rows path). A run of one queue, the
+        usual case, goes to :meth:`ConsumeQueue.put_run` whole; a mixed run is grouped by
+        queue as in :meth:`put_many`. Writer (reput) thread only.
+
+        Returns:
+            How many units were written.
+        """
+        count = len(topics)
+        if not count:
+            return 0
+        if topics.count(topics[0]) == count and queue_ids.count(queue_ids[0]) == count:
+            queue = self.find_or_create(topics[0], queue_ids[0])
+            return queue.put_run(phys_offsets, sizes, tags_codes, queue_offsets)
+        groups: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        for topic, queue_id, phys_offset, size, tags_code, queue_offset in zip(
+            topics, queue_ids, phys_offsets, sizes, tags_codes, queue_offsets, strict=True
+        ):
+            key = (topic, queue_id)
+            units = groups.get(key)
+            if units is None:
+                units = groups[key] = []
+            units.append((phys_offset, size, tags_code, queue_offset))
         written = 0
         for (topic, queue_id), units in groups.items():
             written += self.find_or_create(topic, queue_id).put_many(units)

@@ -63,7 +63,6 @@ import mmap
 import os
 import struct
 import threading
-from array import array
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,6 +70,7 @@ from itertools import accumulate
 from typing import Final
 
 from mqcore.errors import CorruptIndexError, StoreClosedError, StoreNotWritableError
+from mqcore.store import index_bulk
 from mqcore.store.hashing import index_key_hash
 
 __all__ = [
@@ -126,8 +126,6 @@ MAX_TIME_DIFF: Final = 2**31 - 1  # Java Integer.MAX_VALUE
 _FIRST_INDEX: Final = 1
 _SLOT_SIZE: Final = SLOT.size
 _ENTRY_SIZE: Final = ENTRY.size
-_MAX_REPORTED_DEFECTS: Final = 100
-_CHECK_CHUNK_ENTRIES: Final = 1 << 16
 
 # Bound methods: put_key runs ~10^5-10^6 times a second, and an attribute lookup saved per
 # call is measurable there.
@@ -425,6 +423,9 @@ class IndexFile:
         stop = min(len(key_hashes), start + self._max_entries - index)
         if stop <= start:
             return 0
+        if index > _FIRST_INDEX and stop - start >= index_bulk.BULK_MIN:
+            if self._put_bulk(key_hashes[start:stop], phys_offsets[start:stop], store_timestamps[start:stop]):  # fmt: skip
+                return stop - start
         mm = self._mm
         hash_slots = self._hash_slots
         slot_base = self._slot_base
@@ -476,6 +477,24 @@ class IndexFile:
         self._end_timestamp = store_timestamp
         self._write_header()
         return stop - start
+
+    def _put_bulk(self, hashes: Sequence[int], phys: Sequence[int], times: Sequence[int]) -> bool:
+        """:meth:`put_entries`' loop as column passes (``index_bulk.py``); False: not done."""
+        mm, index, slot_base, hash_slots = self._mm, self._index_count, self._slot_base, self._hash_slots  # fmt: skip
+        found = index_bulk.read_slots(mm, slot_base, hash_slots, index, hashes)
+        if found is None:
+            return False
+        slots, prevs, empty = found
+        diffs = index_bulk.time_diffs(times, self._begin_timestamp, MAX_TIME_DIFF)
+        entry_pos = self._entry_base + index * _ENTRY_SIZE
+        index_bulk.write_entries(mm, entry_pos, ENTRY.format, hashes, phys, diffs, prevs)
+        self._index_count = index + len(slots)  # entries complete: publish, then link them
+        index_bulk.write_slots(mm, slot_base, hash_slots, slots, index)
+        self._hash_slot_count += empty
+        self._end_phys_offset = phys[-1]
+        self._end_timestamp = times[-1]
+        self._write_header()
+        return True
 
     def _raise_not_writable(self) -> None:
         if not self._available:
@@ -584,8 +603,12 @@ class IndexFile:
         written entry: O(hash_slots + index_count), about 10 s for a full default file. Meant
         for offline tools; the report is capped at 100 lines per file.
         """
+        from mqcore.store.index_check import IndexChecker  # imports this module
+
         with self._held():
-            return _Checker(self).run()
+            return IndexChecker(
+                self.name, self._mm, self.hash_slots, self.max_entries, self._entry_base
+            ).run()
 
     # ------------------------------------------------------------------ lifetime
 
@@ -656,84 +679,3 @@ def _check_dimensions(hash_slots: int, max_entries: int) -> None:
         raise ValueError(f"max_entries must be >= 2, got {max_entries}")
     if index_file_size(hash_slots, max_entries) > 2**31 - 1:
         raise ValueError("index file larger than 2 GiB (RocketMQ sizes it with an int)")
-
-
-class _Checker:
-    """The structural walk behind :meth:`IndexFile.check`."""
-
-    def __init__(self, file: IndexFile) -> None:
-        self.file = file
-        self.mm = file._mm
-        self.defects: list[str] = []
-        self.dropped = 0
-
-    def report(self, text: str) -> None:
-        if len(self.defects) < _MAX_REPORTED_DEFECTS:
-            self.defects.append(f"{self.file.name}: {text}")
-        else:
-            self.dropped += 1
-
-    def run(self) -> list[str]:
-        begin_ts, end_ts, begin_phys, end_phys, slot_count, raw_count = _unpack_header(self.mm, 0)
-        count = raw_count if raw_count > 0 else _FIRST_INDEX
-        max_entries = self.file.max_entries
-        if count > max_entries:
-            self.report(f"header index_count {raw_count} > max_entries {max_entries}")
-            count = max_entries
-        if count > _FIRST_INDEX:
-            if end_ts < begin_ts:
-                self.report(f"header end_timestamp {end_ts} < begin_timestamp {begin_ts}")
-            if end_phys < begin_phys:
-                self.report(f"header end_phys_offset {end_phys} < begin_phys_offset {begin_phys}")
-        entry_slots = self.check_entries(count)
-        occupied = self.check_slots(count, entry_slots)
-        if slot_count != occupied:
-            self.report(f"header hash_slot_count {slot_count} != {occupied} occupied slots")
-        if self.dropped:
-            self.defects.append(f"{self.file.name}: ... and {self.dropped} more defects")
-        return self.defects
-
-    def check_entries(self, count: int) -> array[int]:
-        """Check entries 1..count-1; return each entry's slot (index 0 unused)."""
-        hash_slots = self.file.hash_slots
-        base = self.file._entry_base
-        entry_slots = array("i", [0]) * count
-        index = _FIRST_INDEX
-        while index < count:
-            stop = min(count, index + _CHECK_CHUNK_ENTRIES)
-            chunk = self.mm[base + index * ENTRY.size : base + stop * ENTRY.size]
-            for key_hash, _phys, time_diff, prev in ENTRY.iter_unpack(chunk):
-                slot = key_hash % hash_slots
-                entry_slots[index] = slot
-                if key_hash < 0:
-                    self.report(f"entry {index}: negative key_hash {key_hash}")
-                if time_diff < 0:
-                    self.report(f"entry {index}: negative time_diff {time_diff}")
-                if prev != INVALID_INDEX:
-                    if not _FIRST_INDEX <= prev < index:
-                        self.report(f"entry {index}: prev_index {prev} not in 1..{index - 1}")
-                    elif entry_slots[prev] != slot:
-                        self.report(
-                            f"entry {index}: prev_index {prev} is in slot "
-                            f"{entry_slots[prev]}, not {slot}"
-                        )
-                index += 1
-        return entry_slots
-
-    def check_slots(self, count: int, entry_slots: array[int]) -> int:
-        """Check every slot head; return how many slots are occupied."""
-        base = HEADER.size
-        slots = array("i")
-        slots.frombytes(self.mm[base : base + self.file.hash_slots * SLOT.size])
-        if array("i", [1]).tobytes()[0] == 1:  # little-endian host: the file is big-endian
-            slots.byteswap()
-        occupied = 0
-        for slot_pos, head in enumerate(slots):
-            if head == INVALID_INDEX:
-                continue
-            occupied += 1
-            if not _FIRST_INDEX <= head < count:
-                self.report(f"slot {slot_pos}: value {head} not in 1..{count - 1}")
-            elif entry_slots[head] != slot_pos:
-                self.report(f"slot {slot_pos}: head entry {head} hashes to {entry_slots[head]}")
-        return occupied

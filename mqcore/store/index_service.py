@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import StoreError, StoreNotWritableError
@@ -120,6 +120,29 @@ class Indexable(Protocol):
     def keys(self) -> str | None: ...
     @property
     def sys_flag(self) -> int: ...
+
+
+class IndexColumns(NamedTuple):
+    """The :class:`Indexable` fields of a run of messages, one sequence per field, for
+    :meth:`IndexService.build_index_many` (reput's rows path, ``dispatch_scan.py``)."""
+
+    topics: Sequence[str]
+    phys_offsets: Sequence[int]
+    store_timestamps: Sequence[int]
+    uniq_keys: Sequence[str | None]
+    keys: Sequence[str | None]
+    sys_flags: Sequence[int]
+
+
+class _Indexable(NamedTuple):
+    """An :class:`Indexable` made of columns (the runs ``IndexColumns`` cannot take whole)."""
+
+    topic: str
+    phys_offset: int
+    store_timestamp: int
+    uniq_key: str | None
+    keys: str | None
+    sys_flag: int
 
 
 class IndexService:
@@ -328,8 +351,13 @@ class IndexService:
                     written += 1
         return written
 
-    def build_index_many(self, messages: Sequence[Indexable]) -> int:
+    def build_index_many(self, messages: Sequence[Indexable] | IndexColumns) -> int:
         """:meth:`build_index` for each message, in order, with the same resulting files.
+
+        ``messages`` may also come as :class:`IndexColumns` (reput's rows path): the usual
+        run (one topic, every message with a UNIQ_KEY and one business key, no rollback,
+        nothing below the dedupe floor) is then laid out for hashing with slice assignments
+        instead of a loop over the messages.
 
         The keys of the whole run are hashed first, then written with
         :meth:`IndexFile.put_entries` (one header write per file touched). A file that fills
@@ -346,6 +374,11 @@ class IndexService:
 
         Writer thread only.
         """
+        if isinstance(messages, IndexColumns):
+            return self._build_index_columns(messages)
+        return self._build_index_objects(messages)
+
+    def _build_index_objects(self, messages: Sequence[Indexable]) -> int:
         if not messages:
             return 0
         files = self._files
@@ -385,6 +418,68 @@ class IndexService:
             prefixes += [prefix_hash] * count
             phys_offsets += [phys_offset] * count
             timestamps += [m.store_timestamp] * count
+        return self._write_keys(
+            f, prefixes, keys_flat, phys_offsets, timestamps, messages[-1].phys_offset
+        )
+
+    def _build_index_columns(self, columns: IndexColumns) -> int:
+        topics, phys_offsets, store_timestamps, uniq_keys, keys, sys_flags = columns
+        count = len(topics)
+        if not count:
+            return 0
+        files = self._files
+        f = files[-1] if files else None
+        if f is None or f.is_full:
+            f = self._writable_file()
+        topic = topics[0]
+        if (
+            phys_offsets[0] < f.end_phys_offset  # phys offsets grow: only the first can be
+            or topics.count(topic) != count
+            or None in uniq_keys
+            or None in keys
+            or "" in keys
+            or KEY_SEPARATOR in "".join(keys)  # type: ignore[arg-type]  # None ruled out
+            or _ROLLBACK in set(map(_ROLLBACK.__and__, sys_flags))
+        ):
+            return self._build_index_objects(
+                [
+                    _Indexable(*fields)
+                    for fields in zip(
+                        topics, phys_offsets, store_timestamps, uniq_keys, keys, sys_flags,
+                        strict=True,
+                    )
+                ]
+            )  # fmt: skip
+        prefix_hash = self._prefix_hashes.get(topic)
+        if prefix_hash is None:
+            prefix_hash = self._cache_prefix(topic)
+        keys_flat: list[str | None] = [None] * (2 * count)  # UNIQ_KEY, then the key
+        keys_flat[0::2] = uniq_keys
+        keys_flat[1::2] = keys
+        doubled: list[int] = [0] * (2 * count)
+        doubled[0::2] = doubled[1::2] = phys_offsets
+        timestamps: list[int] = [0] * (2 * count)
+        timestamps[0::2] = timestamps[1::2] = store_timestamps
+        return self._write_keys(
+            f,
+            [prefix_hash] * (2 * count),
+            keys_flat,  # type: ignore[arg-type]  # None ruled out above
+            doubled,
+            timestamps,
+            phys_offsets[-1],
+        )
+
+    def _write_keys(
+        self,
+        f: IndexFile,
+        prefixes: list[int],
+        keys_flat: list[str],
+        phys_offsets: list[int],
+        timestamps: list[int],
+        last_phys_offset: int,
+    ) -> int:
+        """Hash and write the keys of a run of messages (the last at ``last_phys_offset``)
+        from the writable file ``f`` on, rolling as :meth:`build_index` would."""
         hashes = index_hashes_with_prefix(prefixes, keys_flat)
         done = 0
         while done < len(hashes):
@@ -395,7 +490,7 @@ class IndexService:
             if done < len(hashes):
                 f = self._writable_file()
         # build_index rolls at the start of the call after the one that filled the file.
-        if f.is_full and f.end_phys_offset != messages[-1].phys_offset:
+        if f.is_full and f.end_phys_offset != last_phys_offset:
             self._writable_file()
         return len(hashes)
 

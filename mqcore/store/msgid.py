@@ -292,6 +292,14 @@ class UniqKeyGenerator:
 
     def next_id(self) -> str:
         """A new id: 32 hex characters (IPv4 producer) or 56 (IPv6)."""
+        head, counter = self.reserve(1)
+        return head + f"{counter & 0xFFFF:04X}"
+
+    def reserve(self, count: int) -> tuple[str, int]:
+        """``count`` ids made at one instant, for a batch: returns ``(head, first)``, and id
+        ``i`` is ``head`` + the 4 upper-case hex digits of ``(first + i) & 0xFFFF`` (the ids
+        ``next_id`` would return in the same millisecond). One lock and one clock read for
+        the whole batch instead of one per id."""
         with self._lock:
             now = self._clock.now_ms()
             if now >= self._next_month_start_ms:
@@ -299,11 +307,11 @@ class UniqKeyGenerator:
                 self._next_month_start_ms = _next_month_start_ms(now)
             diff = now - self._month_start_ms
             counter = self._counter
-            self._counter = counter + 1
+            self._counter = counter + count
         diff = ((diff + 0x80000000) & 0xFFFFFFFF) - 0x80000000  # Java (int) cast
         if -_NTP_SLACK_MS < diff < 0:
             diff = 0
-        return self._prefix_hex + _UNIQ_TAIL.pack(diff & 0xFFFFFFFF, counter & 0xFFFF).hex().upper()
+        return f"{self._prefix_hex}{diff & 0xFFFFFFFF:08X}", counter
 
 
 def uniq_key_time_ms(uniq_key: str, near_ms: int) -> int | None:

@@ -21,10 +21,9 @@ import os
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import StoreClosedError
@@ -35,10 +34,12 @@ from mqcore.store.commit_log import CommitLog, PendingRecord
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
+from mqcore.store.dispatch_scan import Row
 from mqcore.store.format import DispatchRequest
-from mqcore.store.index_service import IndexService
+from mqcore.store.index_service import IndexColumns, IndexService
 from mqcore.store.lockfile import StoreLock
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator, create_offset_msg_id
+from mqcore.store.plain_batch import PlainContext, new_put_result
 from mqcore.store.progress import Progress, Slot, publish_config
 from mqcore.store.properties import (
     PROPERTY_UNIQ_KEY,
@@ -69,20 +70,10 @@ DEFAULT_BORN_HOST = HostAddress("127.0.0.1", 0)
 #: Records dispatched per batch by ``reput_once`` (ConsumeQueue and index writes batched).
 _DISPATCH_BATCH = 1024
 _QUEUED_TYPES = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+#: The SYSFLAG bit of PREPARED (0x4) and ROLLBACK (0xC): such records get no queue unit.
+_PREPARED = 0x4
 #: Topic names that passed ``validate_topic`` are remembered (up to this many) to skip the regex.
 _VALID_TOPICS_MAX = 10_000
-
-
-class _PutResultBuilder:
-    """Same slots as :class:`PutResult`, assignable; ``put_messages`` fills one and sets its
-    ``__class__`` (identical layouts, asserted below), giving an ordinary frozen PutResult."""
-
-    __slots__ = PutResult.__slots__
-
-
-assert (
-    _PutResultBuilder.__slots__ == PutResult.__slots__ == tuple(f.name for f in fields(PutResult))
-)
 
 
 def _ignore(request: DispatchRequest) -> None:
@@ -364,6 +355,9 @@ class MessageStore:
         if not self.writable:
             log.debug("put refused: %s", self.unwritable_reason)
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, m.topic, queue_id) for m in msgs]
+        plain = self._put_plain(msgs, queue_id)
+        if plain is not None:
+            return plain
         pending = [self._prepare(m, queue_id) for m in msgs]
         appended = self.commit_log.append([p for p, _, _ in pending])
         roles.publish_append(self)
@@ -378,9 +372,8 @@ class MessageStore:
         host = self.config.store_host
         results: list[PutResult] = []
         for (p, uniq, _), a in zip(pending, appended, strict=True):
-            # PutResult(...) field by field: a frozen dataclass's __init__ costs ~1.4 us for
-            # nine fields, a slot store ~20 ns (the same trick as format._DispatchBuilder).
-            r: Any = _PutResultBuilder()
+            # PutResult(...) field by field (``plain_batch.new_put_result`` says why).
+            r = new_put_result()
             r.status = status
             r.topic = p.topic
             r.queue_id = p.queue_id
@@ -392,6 +385,35 @@ class MessageStore:
             r.wrote_bytes = a.size
             r.__class__ = PutResult
             results.append(r)
+        return results
+
+    def _put_plain(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult] | None:
+        """The plain-batch path (``plain_batch.py``), or None to take the general one."""
+        if msgs[0].topic not in self._valid_topics:
+            return None  # the general path validates it (and remembers it)
+        config = self.config
+        head, first = self._uniq.reserve(len(msgs))
+        ctx = PlainContext(
+            queue_id,
+            head,
+            first,
+            config.max_message_size,
+            self.clock.now_ms(),
+            DEFAULT_BORN_HOST,
+            config.store_host,
+        )
+        results = self.commit_log.append_plain(msgs, ctx)
+        if results is None:
+            return None
+        roles.publish_append(self)
+        if not self.appended.is_set():  # set() takes the Event's lock even when it is set
+            self.appended.set()
+        if config.flush == "sync":  # plain messages carry no WAIT=false
+            last = results[-1]
+            if not self.commit_log.flush_until(last.phys_offset + last.wrote_bytes):
+                results = [replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results]
+            roles.publish_append(self)
+            self.appended.set()  # reput may now dispatch up to the new flushed offset
         return results
 
     def _prepare(self, msg: Message, queue_id: int) -> tuple[PendingRecord, str, bool]:
@@ -512,6 +534,15 @@ class MessageStore:
             else:
                 end = self.commit_log.confirm_offset
             count = 0
+            if not self._listeners:  # rows, not requests: ``dispatch_scan.py``
+                rows, reached = self.commit_log.dispatch_rows(
+                    self.reput_offset, end, max_bytes, self.delay_levels_ms
+                )
+                for start in range(0, len(rows), _DISPATCH_BATCH):
+                    self._dispatch_rows(rows[start : start + _DISPATCH_BATCH])
+                self.reput_offset = reached
+                roles.publish_reput(self)
+                return len(rows)
             batch: list[DispatchRequest] = []
             for item in self.commit_log.iter_dispatch(
                 self.reput_offset, end, max_bytes, self.delay_levels_ms
@@ -529,7 +560,34 @@ class MessageStore:
             roles.publish_reput(self)
             return count
 
-    def _dispatch_many(self, batch: list[DispatchRequest]) -> None:
+    def _dispatch_rows(self, rows: list[Row]) -> None:
+        """:meth:`_dispatch_many` for rows (no listeners, ``dispatch_scan.py``), column by
+        column, with the same resulting files."""
+        if not rows:
+            return
+        (
+            topics, queue_ids, queue_offsets, phys_offsets, sizes, tags_codes,
+            store_timestamps, keys, uniq_keys, sys_flags,
+        ) = zip(*rows, strict=True)  # fmt: skip
+        if _PREPARED in set(map(_PREPARED.__and__, sys_flags)):  # some take no queue unit
+            queued = [row for row in rows if not row[9] & _PREPARED]  # row[9]: SYSFLAG
+            if queued:
+                q_topics, q_ids, q_offsets, q_phys, q_sizes, q_tags, q_times, *_ = zip(
+                    *queued, strict=True
+                )
+                self.queues.put_columns(q_topics, q_ids, q_phys, q_sizes, q_tags, q_offsets)
+                self.checkpoint.logics_msg_timestamp = q_times[-1]
+        else:
+            self.queues.put_columns(
+                topics, queue_ids, phys_offsets, sizes, tags_codes, queue_offsets
+            )
+            self.checkpoint.logics_msg_timestamp = store_timestamps[-1]
+        if self.config.message_index_enable:
+            self.index.build_index_many(
+                IndexColumns(topics, phys_offsets, store_timestamps, uniq_keys, keys, sys_flags)
+            )
+
+    def _dispatch_many(self, batch: Sequence[DispatchRequest]) -> None:
         """``_dispatch`` then the listeners for each request, with the same resulting files:
         ConsumeQueue units and index keys are written in batches (``put_many``,
         ``build_index_many``), ~2x faster than one request at a time."""

@@ -185,3 +185,23 @@ def test_index_hashes_with_prefix_hypothesis(pairs: list[tuple[str, str]]) -> No
     assert index_hashes_with_prefix(prefixes, keys) == [
         index_key_hash(f"{t}#{k}") for t, k in pairs
     ]
+
+
+@pytest.mark.parametrize("mixed_topics", [False, True])
+def test_index_hashes_of_keys_with_a_shared_stem(mixed_topics: bool) -> None:
+    """Groups whose keys share a prefix (UNIQ_KEYs of one producer, numbered business keys,
+    identical keys) hash that prefix once: same values as one by one."""
+    rng = random.Random(5)
+    head = "0A01020300002A9F" + "1234ABCD" + "0000"
+    groups = [
+        [f"{head}{i:04X}" for i in range(rng.randrange(48, 300))],
+        [f"ORDER-{i:010d}" for i in range(rng.randrange(48, 300))],
+        ["same-key"] * 60,
+        [f"{rng.choice('ab')}{i:05d}" for i in range(100)],  # no shared prefix
+    ]
+    topics = ["TopicTest", "Orders", "t"] if mixed_topics else ["TopicTest"]
+    for keys in groups:
+        chosen = [rng.choice(topics) for _ in keys]
+        prefixes = [reference_hash(t + "#") & 0xFFFFFFFF for t in chosen]
+        expected = [index_key_hash(f"{t}#{k}") for t, k in zip(chosen, keys, strict=True)]
+        assert index_hashes_with_prefix(prefixes, keys) == expected

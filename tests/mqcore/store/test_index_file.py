@@ -516,3 +516,47 @@ def test_put_entries_read_only_and_closed(tmp_path: Path) -> None:
     with pytest.raises(StoreNotWritableError):
         ro.put_entries([1], [2], [T0])
     ro.close()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bulk_put_entries_writes_the_bytes_of_one_by_one_puts(tmp_path: Path, seed: int) -> None:
+    """Runs of ``index_bulk.BULK_MIN`` or more entries take the column passes: slot pairs
+    inside a run, slots reused from earlier runs, a stale slot (above the entry count, as a
+    crash leaves) that sends a run back to the loop, clamped time diffs, a full file."""
+    rng = random.Random(seed)
+    slots, entries = rng.choice([(1, 300), (97, 900), (5003, 2000)])
+    prev = rng.choice([(0, 0), (5_000, T0 - 3_000)])
+    one = IndexFile.create(str(tmp_path / "one"), slots, entries,
+                           prev_end_phys_offset=prev[0], prev_end_timestamp=prev[1])  # fmt: skip
+    many = IndexFile.create(str(tmp_path / "many"), slots, entries,
+                            prev_end_phys_offset=prev[0], prev_end_timestamp=prev[1])  # fmt: skip
+    if seed % 4 == 3:  # a stale slot value beyond the entry count, in both files
+        stale = rng.randrange(slots)
+        for f in (one, many):
+            f._mm[40 + 4 * stale : 44 + 4 * stale] = (entries + 5).to_bytes(4, "big")
+    count = entries + 50
+    hashes = [rng.choice([rng.randrange(2**31), rng.randrange(50)]) for _ in range(count)]
+    phys = sorted(rng.randrange(10_000, 10**9) for _ in range(count))
+    times = sorted(
+        T0 + rng.choice([0, 1_500, rng.randrange(-10_000, 5 * 10**12)]) for _ in range(count)
+    )
+    for h, p, t in zip(hashes, phys, times, strict=True):
+        if not one.put_key_hash(h, p, t):
+            break
+    start = 0
+    while start < count:
+        stop = min(count, start + rng.choice([1, 40, 64, 300]))
+        done = many.put_entries(hashes[:stop], phys[:stop], times[:stop], start)
+        if done < stop - start:
+            break
+        start = stop
+    for attr in ("index_count", "hash_slot_count", "begin_timestamp", "end_timestamp",
+                 "begin_phys_offset", "end_phys_offset"):  # fmt: skip
+        assert getattr(many, attr) == getattr(one, attr), attr
+    assert many.index_count == entries  # full
+    one.flush()
+    many.flush()
+    assert raw(Path(many.path)) == raw(Path(one.path))
+    assert many.check() == one.check()
+    one.close()
+    many.close()

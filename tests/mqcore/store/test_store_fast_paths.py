@@ -67,13 +67,16 @@ def derived_files(root: Path) -> dict[str, bytes]:
 
 
 def test_batched_reput_writes_the_files_of_one_by_one_dispatch(tmp_path: Path) -> None:
+    """Three stores: ``batched`` (a listener: requests, ``_dispatch_many``), ``rows`` (no
+    listener: ``dispatch_scan`` rows) and ``single`` (``_dispatch`` one request at a time)."""
     seen: dict[str, list[int]] = {"batched": [], "single": []}
     stores = {}
     puts = messages(5, 600)
-    for name in ("batched", "single"):
+    for name in ("batched", "rows", "single"):
         clock = FakeClock(T0)
         store = MessageStore(tmp_path / name, SMALL, clock=clock).open()
-        store.add_listener(lambda r, name=name: seen[name].append(r.phys_offset))
+        if name in seen:
+            store.add_listener(lambda r, name=name: seen[name].append(r.phys_offset))
         if name == "single":
 
             def one_by_one(batch: list[DispatchRequest], store: MessageStore = store) -> None:
@@ -90,16 +93,19 @@ def test_batched_reput_writes_the_files_of_one_by_one_dispatch(tmp_path: Path) -
                 store.reput_once(max_bytes=6000)  # stop in the middle of the log now and then
         store.dispatch_until_caught_up()
         stores[name] = store
-    batched, single = stores["batched"], stores["single"]
+    batched, rows, single = stores["batched"], stores["rows"], stores["single"]
     assert seen["batched"] == seen["single"]
     assert len(seen["single"]) == sum(len(batch) for _, batch in puts)
     assert len(batched.index.files) > 5
     assert batched.checkpoint.logics_msg_timestamp == single.checkpoint.logics_msg_timestamp > 0
+    assert rows.checkpoint.logics_msg_timestamp == single.checkpoint.logics_msg_timestamp
+    assert rows.reput_offset == single.reput_offset == single.commit_log.max_offset
     for store in stores.values():
         store.commit_log.flush(0)
         store.queues.flush_all(0)
         store.index.flush()
     assert derived_files(tmp_path / "batched") == derived_files(tmp_path / "single")
+    assert derived_files(tmp_path / "rows") == derived_files(tmp_path / "single")
     for store in stores.values():
         store.close()
 
@@ -134,3 +140,61 @@ def test_put_path_writes_the_reference_records(tmp_path: Path) -> None:
                 )
                 assert raw == expected
             clock.advance(1)
+
+
+def plain_runs(seed: int, count: int) -> list[tuple[int, list[Message]]]:
+    """Mostly the benchmark's shape (one topic and queue, a tag, one key, the store's
+    UNIQ_KEY): the runs reput writes column by column, with now and then what breaks a
+    run (another queue, a PREPARED or ROLLBACK record, two keys, no key)."""
+    rng = random.Random(seed)
+    out: list[tuple[int, list[Message]]] = []
+    i = 0
+    while i < count:
+        odd = rng.random() < 0.1
+        batch = [
+            Message(
+                "orders",
+                rng.randbytes(rng.choice([10, 100])),
+                tags=rng.choice(["TagA", "TagB"]),
+                keys=rng.choice([f"k{i + n}", f"k{i + n} g", ""]) if odd else f"k{i + n}",
+                sys_flag=rng.choice([0x0, 0x4, 0x8, 0xC]) if odd else 0,
+            )
+            for n in range(rng.choice([1, 32, 64]))
+        ]
+        i += len(batch)
+        out.append((1 if odd and rng.random() < 0.5 else 0, batch))
+    return out
+
+
+def test_rows_path_on_plain_runs_writes_the_files_of_one_by_one_dispatch(tmp_path: Path) -> None:
+    stores = {}
+    for name in ("rows", "single"):
+        clock = FakeClock(T0)
+        store = MessageStore(tmp_path / name, SMALL, clock=clock).open()
+        if name == "single":
+            store.add_listener(lambda r: None)  # requests, not rows
+
+            def one_by_one(batch: list[DispatchRequest], store: MessageStore = store) -> None:
+                for request in batch:
+                    store._dispatch(request)
+
+            store._dispatch_many = one_by_one  # type: ignore[method-assign]
+        rng = random.Random(2)
+        for queue_id, batch in plain_runs(8, 3000):
+            store.put_messages(batch, queue_id)
+            clock.advance(rng.randrange(3))
+            if rng.random() < 0.2:
+                store.reput_once(max_bytes=rng.randrange(100, 30_000))
+        store.dispatch_until_caught_up()
+        stores[name] = store
+    rows, single = stores["rows"], stores["single"]
+    assert len(rows.index.files) > 20
+    assert len(rows.queues.queues("orders")[0].segments.files) > 20
+    assert rows.checkpoint.logics_msg_timestamp == single.checkpoint.logics_msg_timestamp > 0
+    for store in stores.values():
+        store.commit_log.flush(0)
+        store.queues.flush_all(0)
+        store.index.flush()
+    assert derived_files(tmp_path / "rows") == derived_files(tmp_path / "single")
+    for store in stores.values():
+        store.close()
