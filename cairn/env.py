@@ -174,6 +174,11 @@ VARIABLES: tuple[Variable, ...] = (
         "Celery mode: beat period of the pipeline's statistics task `cairn.pipeline_stats` (0 turns it off).",
     ),
     Variable(
+        "CAIRN_COMPACT_INTERVAL_S",
+        "86400",
+        "Celery mode: beat period of the archive compaction task `cairn.pipeline_compact` (0 turns it off).",
+    ),
+    Variable(
         "CAIRN_TIERED_BACKEND",
         "none",
         "Tiered storage backend: `none` (off), `posix` (a directory: another disk or a mounted object store), `s3` (an S3-compatible object store, `CAIRN_TIERED_S3_*`; needs the `s3` extra) or `memory` (tests; inline services only).",
@@ -212,6 +217,25 @@ VARIABLES: tuple[Variable, ...] = (
         "Tests only: use this Redis instead of starting a private `redis-server`.",
     ),
 )
+
+
+def readme_table() -> str:
+    """The README's settings table (markdown), one row per :data:`VARIABLES` entry.
+
+    A default in parentheses is prose ("(the listen host)"), an empty one reads "unset", any
+    other is a literal value.
+    """
+
+    def shown(default: str) -> str:
+        if not default:
+            return "unset"
+        if default.startswith("(") and default.endswith(")"):
+            return default[1:-1]
+        return f"`{default}`"
+
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{v.name}` | {shown(v.default)} | {v.meaning} |" for v in VARIABLES]
+    return "\n".join(rows) + "\n"
 
 
 def get(name: str, default: str) -> str:

@@ -18,6 +18,19 @@ watermark ``W`` first deletes every file named with a start ``>= W`` (left by a 
 before its commit), writes its files (each to a temporary name, then renamed), and only then
 replaces the watermark with ``E`` (write, fsync, rename, fsync the directory). Readers ignore
 uncommitted files, so a crash at any point loses nothing and duplicates nothing.
+
+**Compaction** (:mod:`pipeline.jobs.compact`) merges the small committed files of one
+``topic=/date=`` directory into ``compact-<W>-<E>.parquet``, ``[W, E)`` being the union of
+the merged files' ranges, in both trees. Its commit point is the rename of the *key* file: a
+compacted file is committed iff ``keys/.../compact-<W>-<E>.parquet`` exists. A committed
+compacted file *replaces* every other file of its directory whose range lies inside
+``[W, E)``; readers skip replaced files (they hold the same rows), so a directory shows either
+the old files or the compacted one, never both and never neither. Replaced files are deleted
+later; a compacted message file without its key file is a crash's leftover, deleted by the next
+compaction, which redoes the merge.
+
+Readers list files with :func:`live_files` (one directory) or :func:`archive_files` (a tree),
+e.g. Spark: ``spark.read.option("basePath", f"{root}/messages").parquet(*archive_files(root))``.
 """
 
 from __future__ import annotations
@@ -33,11 +46,15 @@ from typing import Any
 
 __all__ = [
     "ArchiveBusyError",
+    "ArchiveFile",
     "Watermark",
+    "archive_files",
     "archive_root",
+    "compact_name",
     "escape_partition_value",
     "file_name",
     "file_start",
+    "live_files",
     "lock_archive",
     "read_watermark",
     "write_watermark",
@@ -46,6 +63,8 @@ __all__ = [
 WATERMARK_FILE = "_watermark.json"
 LOCK_FILE = "_lock"
 _PART = re.compile(r"part-(\d{20})-(\d{20})-(\d{5})\.parquet")
+_COMPACT = re.compile(r"compact-(\d{20})-(\d{20})\.parquet")
+TREES = ("messages", "keys")
 # Characters Spark's ExternalCatalogUtils.escapePathName escapes in partition values.
 _ESCAPED = set("\"#%'*/:=?\\\x7f{[]^") | {chr(c) for c in range(0x20)}
 
@@ -89,6 +108,10 @@ def escape_partition_value(value: str) -> str:
 
 def file_name(start: int, end: int, partition: int) -> str:
     return f"part-{start:020d}-{end:020d}-{partition:05d}.parquet"
+
+
+def compact_name(start: int, end: int) -> str:
+    return f"compact-{start:020d}-{end:020d}.parquet"
 
 
 def file_start(name: str) -> int | None:
@@ -178,3 +201,84 @@ def remove_uncommitted(root: Path, watermark: int) -> int:
                 path.unlink()
                 removed += 1
     return removed
+
+
+# --- which files a reader reads ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFile:
+    """One Parquet file of a partition directory: its CommitLog range ``[start, end)``."""
+
+    path: Path
+    start: int
+    end: int
+    compacted: bool
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def _parse(path: Path) -> ArchiveFile | None:
+    for pattern, compacted in ((_PART, False), (_COMPACT, True)):
+        match = pattern.fullmatch(path.name)
+        if match:
+            return ArchiveFile(path, int(match.group(1)), int(match.group(2)), compacted)
+    return None
+
+
+def partition_files(directory: Path) -> list[ArchiveFile]:
+    """Every archive file of one ``topic=/date=`` directory (committed or not), by range."""
+    try:
+        entries = list(directory.iterdir())
+    except FileNotFoundError:
+        return []
+    found = [f for f in map(_parse, entries) if f is not None]
+    return sorted(found, key=lambda f: (f.start, f.end, f.name))
+
+
+def _key_twin(root: Path, file: ArchiveFile) -> Path:
+    """The key file of a message file (same partition, same name), or ``file`` itself."""
+    relative = file.path.relative_to(root)
+    return (
+        root / "keys" / Path(*relative.parts[1:]) if relative.parts[0] == "messages" else file.path
+    )
+
+
+def live_files(root: Path, directory: Path, watermark: int | None = None) -> list[ArchiveFile]:
+    """The files a reader reads in one partition directory of either tree, by range.
+
+    Committed part files (run start below the watermark) and committed compacted files,
+    minus those a committed compacted file replaces (module docstring).
+    """
+    committed_below = read_watermark(root).phys_offset if watermark is None else watermark
+    files = partition_files(directory)
+    compacted = [
+        f for f in files if f.compacted and f.end <= committed_below and _key_twin(root, f).exists()
+    ]
+    live: list[ArchiveFile] = []
+    for f in files:
+        if f.compacted and f not in compacted:
+            continue
+        if not f.compacted and f.start >= committed_below:
+            continue
+        if any(c != f and c.start <= f.start and f.end <= c.end for c in compacted):
+            continue
+        live.append(f)
+    return live
+
+
+def archive_files(root: Path, tree: str = "messages") -> list[str]:
+    """Paths of every live file of ``tree`` (``messages`` or ``keys``), for a reader."""
+    if tree not in TREES:
+        raise ValueError(f"tree must be one of {TREES}, got {tree!r}")
+    watermark = read_watermark(root).phys_offset
+    base = root / tree
+    if not base.is_dir():
+        return []
+    paths: list[str] = []
+    for topic_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+        for day_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
+            paths.extend(str(f.path) for f in live_files(root, day_dir, watermark))
+    return paths

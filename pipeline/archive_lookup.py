@@ -6,8 +6,9 @@ deleted the segments. Cost: the key files of one topic for the UTC days in the r
 row groups are sorted by key, so Parquet statistics skip most of each file), then the rows of
 the matching messages from their message files (row groups sorted by phys_offset).
 
-Only committed files are read (:mod:`pipeline.archive_layout`), so a lookup running beside an
-archive run never sees half of it.
+Only live files are read (:mod:`pipeline.archive_layout`), so a lookup running beside an
+archive or compaction run never sees half of it. A compaction that deletes replaced files
+between the listing and the read makes the lookup list again (``_ATTEMPTS``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.archive_layout import archive_root, escape_partition_value, file_start, read_watermark
+from pipeline.archive_layout import archive_root, escape_partition_value, live_files, read_watermark
 
 __all__ = ["lookup"]
 
 _DAY_MS = 86_400_000
+_ATTEMPTS = 3
 
 
 def _day(ms: int) -> str:
@@ -42,10 +44,7 @@ def _key_files(root: Path, topic: str, begin_ms: int, end_ms: int, committed: in
         day = day_dir.name.removeprefix("date=")
         if not (day_dir.is_dir() and _is_date(day) and first <= day <= last):
             continue
-        for path in sorted(day_dir.iterdir()):
-            start = file_start(path.name)
-            if start is not None and start < committed:
-                files.append(path)
+        files.extend(f.path for f in live_files(root, day_dir, committed))
     return files
 
 
@@ -90,6 +89,18 @@ def lookup(
     if limit < 1:
         raise ValueError("limit: must be at least 1")
     root = archive_root(archive_dir)
+    for attempt in range(_ATTEMPTS):
+        try:
+            return _lookup(root, topic, key, begin_ms, end_ms, limit)
+        except FileNotFoundError:  # a compaction replaced a file after we listed it
+            if attempt == _ATTEMPTS - 1:
+                raise
+    return []
+
+
+def _lookup(
+    root: Path, topic: str, key: str, begin_ms: int, end_ms: int, limit: int
+) -> list[dict[str, Any]]:
     committed = read_watermark(root).phys_offset
     key_files = _key_files(root, topic, begin_ms, end_ms, committed)
     if not key_files:

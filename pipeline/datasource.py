@@ -5,6 +5,16 @@ works on a live store or a copy. One partition per segment, or per ``maxPartitio
 of a large one (``segments.plan_ranges``); each partition yields Arrow record batches decoded by
 ``columnar.decode_chunk``. The schema is :data:`pipeline.schema.SPARK_DDL`.
 
+**Reading fewer columns.** Python Data Sources get no column pruning from Spark: every row
+crosses from the Python worker to the JVM with all 21 columns, which costs the JVM ~1.5 us a
+row. A query that needs a few columns can say so with a schema holding a subset of the
+columns (same names and types, any order)::
+
+    spark.read.format("cairn").schema("topic string, store_timestamp bigint").load(store)
+
+Only those columns are then decoded and sent (``count()`` over such a frame is several
+times faster than over the full schema). A column or type not in the schema is an error.
+
 Options (all optional)::
 
     topics            comma-separated topic names (also ``topic``)
@@ -80,13 +90,39 @@ class CairnDataSource(DataSource):
         return SPARK_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return CairnReader(dict(self.options))
+        return CairnReader(dict(self.options), requested_columns(schema))
+
+
+def requested_columns(schema: StructType) -> list[str] | None:
+    """The columns a user-given schema asks for, in its order; None for the full schema.
+
+    Raises:
+        ValueError: a field that is not a column of the source, or has another type.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from pipeline.schema import ARROW_SCHEMA, COLUMNS
+
+    names = [f.name for f in schema.fields]
+    if names == list(COLUMNS):
+        return None
+    given = to_arrow_schema(schema, timezone="UTC")
+    for field in given:
+        if field.name not in COLUMNS:
+            raise ValueError(f"cairn: no column {field.name!r}; the columns are {SPARK_DDL}")
+        if not field.type.equals(ARROW_SCHEMA.field(field.name).type):
+            raise ValueError(
+                f"cairn: column {field.name} is {ARROW_SCHEMA.field(field.name).type}, "
+                f"not {field.type} (the columns are {SPARK_DDL})"
+            )
+    return names
 
 
 class CairnReader(DataSourceReader):
     """Plans segment partitions on the driver and decodes them on executors."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], columns: list[str] | None = None) -> None:
+        self.columns = columns
         self.store_dir = options.get("path") or options.get("store")
         if not self.store_dir:
             raise ValueError(
@@ -167,10 +203,14 @@ class CairnReader(DataSourceReader):
             max_phys=self.max_phys,
         )
         for batch in scan_range(
-            partition.value, bounds, chunk_bytes=self.chunk_bytes or DEFAULT_CHUNK_BYTES
+            partition.value,
+            bounds,
+            chunk_bytes=self.chunk_bytes or DEFAULT_CHUNK_BYTES,
+            columns=self.columns,
         ):
             if batch.num_rows:
-                yield batch
+                # Spark checks the batch against the frame's schema, in the user's order.
+                yield batch if self.columns is None else batch.select(self.columns)
 
 
 def _as_range(f: Filter) -> tuple[int | None, int | None]:

@@ -6,7 +6,7 @@ same rows. Pure Python and pyarrow: runs on executors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -22,15 +22,17 @@ def scan_range(
     *,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     state: WalkState | None = None,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Batches of the records starting in ``rng`` that ``bounds`` accepts (maybe empty ones).
 
     ``state`` (optional) reports how far the walk got and why it stopped; a record mqcore
     calls corrupt with no size to skip ends the walk there (``reason == "corrupt"``).
+    ``columns`` (optional) limits the batches to those columns (``columnar.decode_chunk``).
     """
     state = state if state is not None else WalkState()
     for chunk in iter_chunks(rng, state, chunk_bytes=chunk_bytes):
-        batch, stop_at = decode_chunk(chunk, bounds)
+        batch, stop_at = decode_chunk(chunk, bounds, columns)
         if stop_at is not None:
             state.stopped = True
             state.reason = "corrupt"

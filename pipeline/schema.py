@@ -39,6 +39,8 @@ Only pyarrow here: the archive lookup uses these without Spark.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "COLUMNS",
     "KEY_INDEX_SCHEMA",
     "SPARK_DDL",
+    "project",
 ]
 
 _FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
@@ -87,3 +90,16 @@ KEY_INDEX_SCHEMA = pa.schema(
         pa.field("file", pa.string()),  # message file, relative to the archive root
     ]
 )
+
+
+def project(columns: Iterable[str]) -> pa.Schema:
+    """The fields of :data:`ARROW_SCHEMA` named in ``columns``, in schema order.
+
+    Raises:
+        ValueError: a name that is not a column.
+    """
+    wanted = set(columns)
+    unknown = wanted - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown columns {sorted(unknown)}; the columns are {', '.join(COLUMNS)}")
+    return pa.schema([f for f in ARROW_SCHEMA if f.name in wanted])

@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -284,10 +286,7 @@ def find_first_record(fd: int, rng: ScanRange, window_bytes: int) -> int | None:
     while rel < stop_rel:
         data = os.pread(fd, min(window_bytes, rng.file_size - rel), rel)
         # Each magic code found is a candidate record starting 4 bytes earlier.
-        candidates = sorted(
-            q - MAGIC_POSITION for magic in _MAGIC_BYTES for q in _find_all(data, magic) if q >= 4
-        )
-        for q in candidates:
+        for q in _candidates(data)[0].tolist():
             if rel + q >= stop_rel:
                 return None
             total = INT32.unpack_from(data, q)[0]
@@ -309,13 +308,6 @@ def find_first_record(fd: int, rng: ScanRange, window_bytes: int) -> int | None:
             return None
         rel += len(data) - MIN_RECORD_SIZE  # overlap so a record head is never cut in two
     return None
-
-
-def _find_all(data: bytes, needle: bytes) -> Iterator[int]:
-    at = data.find(needle)
-    while at >= 0:
-        yield at
-        at = data.find(needle, at + 1)
 
 
 # --- the walk --------------------------------------------------------------------------------------
@@ -360,18 +352,50 @@ def iter_chunks(
         os.close(fd)
 
 
+def _candidates(data: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Likely record starts in ``data`` (a message magic code 4 bytes on) and their TOTALSIZE.
+
+    A superset or a subset is harmless: :func:`_chain` only trusts a candidate where the
+    TOTALSIZE chain itself lands.
+    """
+    octets = np.frombuffer(data, np.uint8)
+    if len(octets) < MIN_RECORD_SIZE:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    # V1 and V2 magics share their first three bytes; the rare first byte is searched first.
+    at = np.flatnonzero(octets[MAGIC_POSITION : len(octets) - 3] == _MAGIC_BYTES[0][0])
+    for i in (1, 2):
+        at = at[octets[at + MAGIC_POSITION + i] == _MAGIC_BYTES[0][i]]
+    totals = np.ndarray((len(octets) - 3,), ">i4", data, 0, (1,))[at].astype(np.int64)
+    return at, totals
+
+
 def _chain(data: bytes, limit: int, positions: array[int]) -> int:
     """Append the start of each record chained by TOTALSIZE from 0 while it is ``<= limit``.
 
-    The hot loop (~0.2 us a record): magic codes are checked afterwards, all at once.
+    Runs of records that follow each other (a candidate's TOTALSIZE lands on the next
+    candidate) are appended a whole run at a time; anything else is stepped in Python, so the
+    result is exactly the plain TOTALSIZE chain. Magic codes are checked afterwards.
 
     Returns:
         The end of the last record appended (possibly past ``len(data)``).
     """
+    starts, totals = _candidates(data)
+    follows = starts + totals
+    good = (totals >= MIN_RECORD_SIZE) & (starts <= limit)
+    # linked[i]: candidate i is good and its successor is candidate i+1, also good.
+    linked = good[:-1] & good[1:] & (follows[:-1] == starts[1:])
+    breaks = np.append(np.flatnonzero(~linked), len(starts) - 1)
     unpack = INT32.unpack_from
     append = positions.append
     q = 0
     while q <= limit:
+        j = int(np.searchsorted(starts, q))
+        if j < len(starts) and starts[j] == q and good[j]:
+            k = int(breaks[np.searchsorted(breaks, j)])  # the run is candidates j..k
+            positions.frombytes(starts[j : k + 1].astype(np.int32).tobytes())
+            q = int(follows[k])
+            continue
         total = unpack(data, q)[0]
         if total < MIN_RECORD_SIZE:
             break

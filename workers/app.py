@@ -71,6 +71,7 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
     for name, interval in (
         ("archive", settings.archive_interval_s()),
         ("stats", settings.stats_interval_s()),
+        ("compact", settings.compact_interval_s()),
     ):
         if interval > 0:
             schedule[f"cairn-pipeline-{name}"] = {

@@ -75,6 +75,11 @@ def stats_interval_s() -> float:
     return _interval_s("CAIRN_STATS_INTERVAL_S", 300.0)
 
 
+def compact_interval_s() -> float:
+    """Beat period of the archive compaction task (0 turns it off)."""
+    return _interval_s("CAIRN_COMPACT_INTERVAL_S", 86400.0)
+
+
 def services() -> ServicesConfig:
     return services_config_from_env(os.environ)
 

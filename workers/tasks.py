@@ -323,6 +323,20 @@ def pipeline_archive_task(
         return {"status": "skipped", "reason": str(exc)}
 
 
+@app.task(name="cairn.pipeline_compact", acks_late=True, reject_on_worker_lost=True)
+def pipeline_compact_task(
+    store_dir: str | None = None, out_dir: str | None = None
+) -> dict[str, Any]:
+    """Merge the archive's small files per topic/date (``pipeline.jobs.compact.run_compact``)."""
+    from pipeline.jobs.compact import ArchiveBusyError, run_compact
+
+    out = Path(out_dir) if out_dir else settings.archive_out_dir()
+    try:
+        return _pipeline_run("compact", store_dir, lambda _root: run_compact(out))
+    except ArchiveBusyError as exc:  # an archive run (or another compaction) holds the archive
+        return {"status": "skipped", "reason": str(exc)}
+
+
 @app.task(name="cairn.pipeline_stats", acks_late=True, reject_on_worker_lost=True)
 def pipeline_stats_task(store_dir: str | None = None, out_dir: str | None = None) -> dict[str, Any]:
     """Recompute the store's statistics (``pipeline.jobs.stats.run_stats``)."""

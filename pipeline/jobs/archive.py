@@ -55,7 +55,7 @@ from pipeline.segments import (
     snapshot_end,
 )
 
-__all__ = ["ArchiveBusyError", "ArchiveReport", "run_archive"]
+__all__ = ["ArchiveBusyError", "ArchiveReport", "key_rows", "run_archive"]
 
 _VISIBLE_TYPES = pa.array([0x0, 0x8], pa.int32())  # NOT_TYPE, COMMIT (sys_flag & 0xC)
 _ROW_GROUP_ROWS = 65_536
@@ -111,7 +111,7 @@ class _GroupWriter:
         self._pending.append(rows.drop_columns(["topic"]))
         self._pending_rows += rows.num_rows
         self.messages += rows.num_rows
-        self._keys.append(_key_rows(rows, self.relative))
+        self._keys.append(key_rows(rows, self.relative))
         if self._pending_rows >= _ROW_GROUP_ROWS:
             self._flush()
 
@@ -136,7 +136,7 @@ class _GroupWriter:
         return keys.num_rows, self.message_path.stat().st_size + self.key_path.stat().st_size
 
 
-def _key_rows(rows: pa.RecordBatch, relative: str) -> pa.Table:
+def key_rows(rows: pa.RecordBatch, relative: str) -> pa.Table:
     """One index row per KEYS element and per UNIQ_KEY of ``rows``."""
     keys = rows.column("keys")
     parents = pc.list_parent_indices(keys)

@@ -32,6 +32,8 @@ def test_every_variable_is_documented_in_readme() -> None:
     rows = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| `")}
     missing = [v.name for v in env.VARIABLES if f"`{v.name}`" not in rows]
     assert missing == []
+    # The whole table as `manage.py envtable` prints it: defaults and meanings stay in step.
+    assert env.readme_table() in readme
 
 
 def test_every_variable_the_code_reads_is_in_the_table() -> None:

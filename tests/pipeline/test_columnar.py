@@ -166,3 +166,64 @@ def test_corrupt_record_without_a_size_ends_the_scan(tmp_path: Path) -> None:
         )
     )
     assert n == 1
+
+
+def test_bodies_holding_magic_codes_and_odd_properties(tmp_path: Path) -> None:
+    """Cases of the vectorised walk and property parser: a body that holds a record's magic
+    code and a copy of a whole record (false record starts), a name repeated among more than
+    16 properties, separators at the edges, and a topic that is not valid UTF-8."""
+    magic = (-626843481).to_bytes(4, "big", signed=True)  # V1 message magic
+    many = "".join(f"p{i}\x01v{i}\x02" for i in range(20)) + "p3\x01late\x02"
+    cases: list[tuple[bytes, bytes, str]] = [
+        (encode_properties({"K": "v"}), b"xx" + magic + b"\x00\x00\x00\x5b" + magic * 3, "T"),
+        (many.encode(), b"body", "T"),
+        (b"\x02\x02lead\x01x\x02\x01\x02", b"", "T"),
+        (b"tail\x01y", b"b", "T"),
+        (encode_properties({"KEYS": "  a  b ", "TAGS": "t"}), b"c", "T\udcff"),
+    ]
+    records, pos = [], 0
+    for props, body, topic in cases:
+        record = _custom_record(pos, props, body, topic)
+        records.append(record)
+        pos += len(record)
+    # A body that is an entire valid record: only the TOTALSIZE chain tells it is a body.
+    records.append(_custom_record(pos, b"", records[0], "T"))
+    _write_segment(tmp_path, records, size=8192)
+    rows = scan(tmp_path)
+    assert rows == normalized(mqcore_rows(tmp_path))
+    assert len(rows) == len(records)
+    assert dict(rows[1]["properties"])["p3"] == "late" and len(rows[1]["properties"]) == 20
+    assert dict(rows[2]["properties"]) == {"lead": "x"}
+    assert dict(rows[3]["properties"]) == {"tail": "y"}
+    assert rows[4]["keys"] == ["a", "b"] and rows[4]["topic"] == "T\ufffd"
+    assert rows[5]["body"] == records[0]
+
+
+def _custom_record(phys: int, props: bytes, body: bytes, topic: str) -> bytes:
+    record = bytearray(
+        encode_record(
+            topic="T" * len(topic.encode("utf-8", "surrogateescape")), queue_id=1, flag=7,
+            queue_offset=3, phys_offset=phys, sys_flag=0, born_timestamp=START_MS,
+            born_host=HostAddress("1.2.3.4", 1), store_timestamp=START_MS + 5,
+            store_host=HostAddress("5.6.7.8", 9), reconsume_times=2,
+            prepared_transaction_offset=0, body=body, properties=props,
+        )
+    )  # fmt: skip
+    raw = topic.encode("utf-8", "surrogateescape")
+    at = 88 + len(body) + 1  # V1/IPv4: header, body, 1-byte topic length, topic
+    record[at : at + len(raw)] = raw
+    return bytes(record)
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [["phys_offset"], ["topic", "store_time"], ["msg_id", "keys"], ["tags", "body", "born_host"]],
+)
+def test_projection_gives_the_same_values(mq_store: Path, columns: list[str]) -> None:
+    full = scan(mq_store)
+    rows: list[dict[str, Any]] = []
+    for rng in plan_ranges(list_segments(mq_store)):
+        for batch in scan_range(rng, NO_BOUNDS, columns=columns):
+            assert batch.schema.names == [c for c in ARROW_SCHEMA.names if c in columns]
+            rows.extend(batch.to_pylist())
+    assert rows == [{c: r[c] for c in r if c in columns} for r in full]

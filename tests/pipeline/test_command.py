@@ -17,7 +17,7 @@ def test_not_a_store(tmp_path: Path) -> None:
 
 def test_unknown_job() -> None:
     with pytest.raises(CommandError, match="invalid choice"):
-        call_command("pipeline", "compact")
+        call_command("pipeline", "vacuum")
 
 
 @pytest.mark.spark

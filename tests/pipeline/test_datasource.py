@@ -119,3 +119,26 @@ def test_push_filters_keeps_what_it_cannot_apply() -> None:
 def test_bad_store_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="not a store directory"):
         spark.read.format("cairn").load(str(tmp_path)).count()
+
+
+def test_a_schema_with_fewer_columns_reads_just_those(spark: Any, mq_store: Path) -> None:
+    frame = (
+        spark.read.format("cairn")
+        .schema("store_timestamp bigint, topic string, phys_offset bigint, keys array<string>")
+        .option("topics", "Topic2")
+        .load(str(mq_store))
+    )
+    assert frame.columns == ["store_timestamp", "topic", "phys_offset", "keys"]
+    got = [r.asDict() for r in frame.orderBy("phys_offset").collect()]
+    want = [
+        {k: r[k] for k in ("store_timestamp", "topic", "phys_offset", "keys")}
+        for r in expected_rows(mq_store)
+        if r["topic"] == "Topic2"
+    ]
+    assert want and got == want
+    narrow = spark.read.format("cairn").schema("phys_offset bigint").load(str(mq_store))
+    assert narrow.count() == len(expected_rows(mq_store))
+    with pytest.raises(Exception, match="no column 'nope'"):
+        spark.read.format("cairn").schema("nope int").load(str(mq_store)).count()
+    with pytest.raises(Exception, match="column topic is string, not int32"):
+        spark.read.format("cairn").schema("topic int").load(str(mq_store)).count()

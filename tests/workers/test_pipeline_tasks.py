@@ -16,7 +16,12 @@ from mqcore.store.service_lock import ServiceLock
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CAIRN_STORE_DIR", str(tmp_path / "store"))
-    for name in ("CAIRN_ARCHIVE_INTERVAL_S", "CAIRN_STATS_INTERVAL_S", "CAIRN_ARCHIVE_DIR"):
+    for name in (
+        "CAIRN_ARCHIVE_INTERVAL_S",
+        "CAIRN_STATS_INTERVAL_S",
+        "CAIRN_COMPACT_INTERVAL_S",
+        "CAIRN_ARCHIVE_DIR",
+    ):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
 
@@ -29,6 +34,8 @@ def test_beat_schedules_the_pipeline_jobs(env: Path, monkeypatch: pytest.MonkeyP
     assert schedule["cairn-pipeline-archive"]["schedule"] == 3600.0
     assert schedule["cairn-pipeline-stats"]["task"] == "cairn.pipeline_stats"
     assert schedule["cairn-pipeline-stats"]["schedule"] == 300.0
+    assert schedule["cairn-pipeline-compact"]["task"] == "cairn.pipeline_compact"
+    assert schedule["cairn-pipeline-compact"]["schedule"] == 86400.0
     monkeypatch.setenv("CAIRN_ARCHIVE_INTERVAL_S", "120")
     monkeypatch.setenv("CAIRN_STATS_INTERVAL_S", "0")
     schedule = beat_schedule()
@@ -54,10 +61,19 @@ def test_archive_lands_in_the_configured_archive_dir(
 
 
 def test_a_run_in_progress_makes_the_next_skip(env: Path) -> None:
-    from workers.tasks import pipeline_archive_task, pipeline_stats_task
+    from workers.tasks import (
+        pipeline_archive_task,
+        pipeline_compact_task,
+        pipeline_stats_task,
+    )
 
     store = env / "store"
-    for job, task in (("archive", pipeline_archive_task), ("stats", pipeline_stats_task)):
+    tasks = (
+        ("archive", pipeline_archive_task),
+        ("stats", pipeline_stats_task),
+        ("compact", pipeline_compact_task),
+    )
+    for job, task in tasks:
         lock = ServiceLock(store, f"pipeline-{job}")
         assert lock.try_acquire()
         try:

@@ -1,4 +1,4 @@
-"""``python manage.py pipeline archive|stats|rebuild-index``: the Spark data pipeline's jobs.
+"""``python manage.py pipeline archive|compact|stats|rebuild-index``: the data pipeline's jobs.
 
 Runs on ``local[*]`` by default; ``--master`` or ``CAIRN_SPARK_MASTER`` for a cluster (the
 store and ``--out`` must then be on storage every node sees). Prints one line per step and
@@ -20,12 +20,13 @@ class Command(BaseCommand):
     help = (
         "Run a data-pipeline job on Spark over the store files (read-only, no lock): "
         "'archive' exports new messages to Parquet with a key index (incremental), "
+        "'compact' merges the archive's small files per topic and date, "
         "'stats' writes per-topic per-minute counts and top keys, 'rebuild-index' rebuilds "
         "consumequeue/ and index/ into --out."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("job", choices=["archive", "stats", "rebuild-index"])
+        parser.add_argument("job", choices=["archive", "compact", "stats", "rebuild-index"])
         parser.add_argument(
             "--store", type=Path, default=None, help="store directory (default: CAIRN_STORE_DIR)"
         )
@@ -39,6 +40,13 @@ class Command(BaseCommand):
             "--master", default=None, help="Spark master (default: CAIRN_SPARK_MASTER or local[*])"
         )
         parser.add_argument("--top-keys", type=int, default=10, help="stats: keys kept per topic")
+        parser.add_argument(
+            "--keep-replaced",
+            type=float,
+            default=None,
+            help="compact: seconds replaced files are kept for readers still using them "
+            "(default 600)",
+        )
         parser.add_argument(
             "--cq-file-entries",
             type=int,
@@ -55,12 +63,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         store = (options["store"] or Path(settings.CAIRN["STORE_DIR"])).resolve()
         out = (options["out"] or env.data_dir() / "pipeline").resolve()
-        if not (store / "commitlog").is_dir():
+        if options["job"] != "compact" and not (store / "commitlog").is_dir():
             raise CommandError(
                 f"{store}: not a store directory (no commitlog/ inside); give --store"
             )
         if options["top_keys"] < 1:
             raise CommandError("--top-keys must be at least 1")
+        if options["keep_replaced"] is not None and options["keep_replaced"] < 0:
+            raise CommandError("--keep-replaced must not be negative")
         try:
             report = self._run(options["job"], store, out, options)
         except CommandError:
@@ -91,6 +101,16 @@ class Command(BaseCommand):
                 from pipeline.jobs.archive import run_archive
 
                 return run_archive(store, out, spark=spark, progress=emit)
+            if job == "compact":
+                from pipeline.jobs.compact import DEFAULT_KEEP_REPLACED_S, run_compact
+
+                keep = options["keep_replaced"]
+                return run_compact(
+                    out,
+                    spark=spark,
+                    keep_replaced_s=DEFAULT_KEEP_REPLACED_S if keep is None else keep,
+                    progress=emit,
+                )
             if job == "stats":
                 from pipeline.jobs.stats import run_stats
 
