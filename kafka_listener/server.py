@@ -84,6 +84,7 @@ class KafkaListener:
         if self._ticker is not None:
             self._ticker.cancel()
         self.ctx.coordinator.close()
+        self.ctx.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(

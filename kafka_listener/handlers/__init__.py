@@ -16,8 +16,9 @@ server, which logs it and closes that connection (clients reconnect and retry).
 ==================  ======================  =============================================
 module              APIs                    over
 ==================  ======================  =============================================
-``produce``         Produce, InitProducerId  Broker.send, idempotent-producer state
-``fetch``           Fetch, ListOffsets      Broker.pull, wait_for_messages_async
+``produce``         Produce, InitProducerId  Broker.send, idempotent-producer state,
+                                            batch cache, arrivals
+``fetch``           Fetch, ListOffsets      batch cache, Broker.pull, arrivals
 ``topics``          ApiVersions, Metadata,  Broker topics
                     CreateTopics,
                     DeleteTopics,

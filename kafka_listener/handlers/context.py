@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,8 @@ from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
 from mqcore.store.msgid import HostAddress
 
+from ..arrivals import Arrivals
+from ..batch_cache import BatchCache
 from ..coordinator import DEFAULT_INITIAL_REBALANCE_DELAY_MS, GroupCoordinator
 from ..framing import DEFAULT_MAX_FRAME_BYTES
 from ..idempotence import ProducerStates
@@ -33,6 +36,8 @@ class ListenerConfig:
         initial_rebalance_delay_ms: ``group.initial.rebalance.delay.ms``.
         max_frame_bytes: largest request (Kafka's ``socket.request.max.bytes``).
         max_fetch_records: most records one Fetch returns per partition.
+        fetch_cache_bytes: produced batches kept to answer fetches without a store
+            read (``batch_cache.py``); 0 turns the cache off.
         tick_interval_s: how often the group coordinator's timers are checked.
     """
 
@@ -47,20 +52,24 @@ class ListenerConfig:
     initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_fetch_records: int = 4096
+    fetch_cache_bytes: int = 64 * 1024 * 1024
     tick_interval_s: float = 0.05
 
 
 @dataclass
 class KafkaContext:
     """Shared state of one listener. The coordinator is used from the event loop only;
-    ``producers`` is thread-safe; ``commit_metadata`` sees single dict operations from
-    worker threads (atomic under the GIL)."""
+    ``producers``, ``batch_cache`` and ``arrivals`` are thread-safe; ``commit_metadata``
+    sees single dict operations from worker threads (atomic under the GIL).
+    ``arrivals`` listens to the store's dispatches from creation until :meth:`close`."""
 
     broker: Broker
     config: ListenerConfig
     clock: Clock = field(default_factory=SystemClock)
     coordinator: GroupCoordinator = field(init=False)
     producers: ProducerStates = field(init=False)
+    batch_cache: BatchCache = field(init=False)
+    arrivals: Arrivals = field(init=False)
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     advertised: tuple[str, int] = ("127.0.0.1", 9092)
     # (group id, topic, partition) -> commit metadata (RocketMQ's offsets have no slot).
@@ -71,6 +80,14 @@ class KafkaContext:
             self.clock, initial_rebalance_delay_ms=self.config.initial_rebalance_delay_ms
         )
         self.producers = ProducerStates(self.clock)
+        self.batch_cache = BatchCache(self.config.fetch_cache_bytes)
+        self.arrivals = Arrivals(self.broker.store)
+        self.broker.store.add_listener(self.arrivals.on_dispatch)
+
+    def close(self) -> None:
+        """Stop listening to dispatches (the listener is closing)."""
+        with contextlib.suppress(ValueError):  # closed twice
+            self.broker.store.remove_listener(self.arrivals.on_dispatch)
 
 
 @dataclass(frozen=True, slots=True)

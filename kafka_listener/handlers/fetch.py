@@ -1,15 +1,19 @@
 """Fetch (1) and ListOffsets (2): kafka-protocol.md sections 2.6 and 2.7.
 
-Fetch reads each partition with :meth:`Broker.pull` (no group: Kafka fetches are
-group-less) and rebuilds one uncompressed record batch v2 per partition from the stored
-messages (``mapping.message_to_record``): base offset = the first message's queue offset,
-deltas from it, producer fields -1, fresh CRC-32C. A partition gets at least its first
-message even past ``partition_max_bytes`` (KIP-74), then messages up to that limit and
-up to the request's ``max_bytes`` overall.
+Fetch serves each partition from the listener's cache of produced batches when it holds
+the fetch offset (``batch_cache.py``: the produced batch itself, base offset rewritten,
+after a one-message check that the store still holds what was produced there), else
+reads the store with :meth:`Broker.pull` (no group: Kafka fetches are group-less) and
+rebuilds one uncompressed record batch v2 from the stored messages
+(``mapping.message_to_record``): base offset = the first message's queue offset, deltas
+from it, producer fields -1, fresh CRC-32C. A partition gets at least its first batch or
+message even past ``partition_max_bytes`` (KIP-74), then more up to that limit and up to
+the request's ``max_bytes`` overall. A cached zstd batch is served to Fetch v10+ only
+(older versions cannot carry zstd); others read the store.
 
-Long poll: when nothing is found and ``max_wait_ms`` > 0, the handler awaits
-:meth:`Broker.wait_for_messages_async` over all fetched partitions, which returns as soon
-as reput dispatches a message for any of them (not after ``max_wait_ms``), then reads
+Long poll: when nothing is found and ``max_wait_ms`` > 0, the handler waits in
+:class:`~kafka_listener.arrivals.Arrivals` over all fetched partitions, which returns as
+soon as reput dispatches a record for any of them (not after ``max_wait_ms``), then reads
 again. ``min_bytes`` is treated as "any data" (clients send 1).
 
 Fetch sessions are never created (``session_id`` 0): clients keep sending full fetches.
@@ -35,6 +39,8 @@ from mqcore.errors import MQError, NotFoundError, ValidationError
 from mqcore.message import MessageExt
 
 from .. import mapping
+from ..batch_cache import BatchCache, CachedBatch
+from ..compression import Compression
 from ..errors import ErrorCode, error_code_for
 from ..records import encode_batch
 from .context import Call, KafkaContext
@@ -44,7 +50,8 @@ _READ_ERRORS: dict[type[BaseException], ErrorCode] = {
     NotFoundError: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ValidationError: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,  # partition out of range
 }
-MAX_PULL_COUNT = 1024  # BrokerConfig.max_pull_count's default
+_UNIQ_KEY = "UNIQ_KEY"
+ZSTD_FETCH_VERSION = 10  # Kafka refuses zstd batches to older Fetch versions
 
 
 @dataclass(slots=True)
@@ -66,7 +73,15 @@ class _Part:
         return len(self.records) if self.records else 0
 
 
-def _read(broker: Broker, part: _Part, budget: int, max_records: int) -> None:
+@dataclass(frozen=True, slots=True)
+class _CacheUse:
+    cache: BatchCache
+    zstd: bool  # the Fetch version can carry zstd batches (v10+)
+
+
+def _read(
+    broker: Broker, part: _Part, budget: int, max_records: int, cache: _CacheUse | None
+) -> None:
     """Read one partition into ``part`` (records bounded by ``budget`` bytes)."""
     if part.store_topic is None:
         part.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -80,13 +95,15 @@ def _read(broker: Broker, part: _Part, budget: int, max_records: int) -> None:
             return
         part.high_watermark, part.log_start = status.max_offset, status.min_offset
         return
+    limit = max(1, min(part.max_bytes, budget))
+    if cache is not None and _read_cached(broker, part, limit, max_records, cache):
+        return
     messages: list[MessageExt] = []
     offset = part.offset
-    limit = max(1, min(part.max_bytes, budget))
     used = 0
     try:
         while True:
-            count = min(MAX_PULL_COUNT, max_records - len(messages))
+            count = min(broker.config.max_pull_count, max_records - len(messages))
             result = broker.pull(
                 None,
                 part.store_topic,
@@ -114,21 +131,62 @@ def _read(broker: Broker, part: _Part, budget: int, max_records: int) -> None:
         part.records = b""
         return
     base = messages[0].queue_offset
-    part.records = encode_batch(
-        [mapping.message_to_record(m, base) for m in messages], base_offset=base
+    to_record = mapping.message_to_record
+    part.records = encode_batch([to_record(m, base) for m in messages], base_offset=base)
+
+
+def _read_cached(broker: Broker, part: _Part, limit: int, max_records: int, use: _CacheUse) -> bool:
+    """Serve ``part`` from cached produced batches; False (nothing set) on a miss."""
+    assert part.store_topic is not None
+    topic, partition = part.store_topic, part.partition
+    found: list[tuple[CachedBatch, bool]] = use.cache.run(
+        topic, partition, part.offset, limit, max_records
     )
+    chunks: list[bytes] = []
+    high_watermark = -1
+    for entry, check in found:
+        if entry.compression == Compression.ZSTD and not use.zstd:
+            break
+        if check:
+            try:  # the one-message check (batch_cache.py); also the pull's permission checks
+                result = broker.pull(None, topic, partition, entry.base, 1)
+            except MQError:
+                break  # the store read reports the error
+            first = result.messages[0] if result.messages else None
+            if first is None or first.properties.get(_UNIQ_KEY) != entry.first_id:
+                if result.status is not PullStatus.OFFSET_ILLEGAL:
+                    use.cache.drop(topic, partition)  # the queue holds other records now
+                break
+            high_watermark = result.max_offset
+            part.high_watermark, part.log_start = result.max_offset, result.min_offset
+        if entry.end > high_watermark:
+            break  # not all of it dispatched yet: the store read serves what is
+        chunks.append(entry.data)
+    if not chunks:
+        return False
+    part.records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return True
 
 
-def _read_all(ctx: KafkaContext, parts: list[_Part], max_bytes: int) -> int:
+def _read_all(ctx: KafkaContext, parts: list[_Part], max_bytes: int, version: int) -> int:
     """Read every partition; returns the record bytes found. Runs in a worker thread."""
+    cache = ctx.batch_cache
+    use = _CacheUse(cache, version >= ZSTD_FETCH_VERSION) if cache.max_bytes > 0 else None
     total = 0
     for part in parts:
         part.error = 0
         part.records = None
         budget = max_bytes - total if total else max_bytes  # the first data always fits
-        _read(ctx.broker, part, budget, ctx.config.max_fetch_records)
+        _read(ctx.broker, part, budget, ctx.config.max_fetch_records, use)
         total += part.size
     return total
+
+
+def _parse_and_read(
+    ctx: KafkaContext, request: dict[str, Any], max_bytes: int, version: int
+) -> tuple[list[_Part], int]:
+    parts = _parse(ctx, request)
+    return parts, _read_all(ctx, parts, max_bytes, version)
 
 
 def _store_topic(broker: Broker, name: str) -> str | None:
@@ -157,8 +215,8 @@ async def fetch(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     """Read the partitions; long-poll when nothing is there yet."""
     request = call.request
     max_bytes = max(1, request["max_bytes"])
-    parts = await asyncio.to_thread(_parse, ctx, request)
-    found = await asyncio.to_thread(_read_all, ctx, parts, max_bytes)
+    version = call.api_version
+    parts, found = await asyncio.to_thread(_parse_and_read, ctx, request, max_bytes, version)
     wait_ms = request["max_wait_ms"]
     errors = any(p.error for p in parts)
     if found == 0 and not errors and wait_ms > 0 and request["min_bytes"] > 0:
@@ -167,8 +225,11 @@ async def fetch(ctx: KafkaContext, call: Call) -> dict[str, Any]:
             for p in parts
             if p.store_topic is not None and p.error == 0
         ]
-        if refs and await ctx.broker.wait_for_messages_async(refs, wait_ms):
-            await asyncio.to_thread(_read_all, ctx, parts, max_bytes)
+        broker_config = ctx.broker.config
+        timeout_s = min(wait_ms, broker_config.max_pull_wait_ms) / 1000
+        recheck_s = broker_config.long_poll_recheck_ms / 1000
+        if refs and await ctx.arrivals.wait(refs, timeout_s, recheck_s):
+            await asyncio.to_thread(_read_all, ctx, parts, max_bytes, version)
     return _response(parts)
 
 
@@ -211,8 +272,8 @@ def offset_for_timestamp(
 ) -> tuple[int, int]:
     """``(offset, record timestamp)`` of the first record with timestamp >= ``timestamp``,
     or ``(-1, -1)``. Binary search over born timestamps (see the module docstring)."""
-    lo = broker.store.min_offset(topic, partition)
-    hi = broker.store.max_offset(topic, partition)
+    lo = broker.reader.min_offset(topic, partition)
+    hi = broker.reader.max_offset(topic, partition)
     while lo < hi:
         mid = (lo + hi) // 2
         born = _born_at(broker, topic, partition, mid)
@@ -222,7 +283,7 @@ def offset_for_timestamp(
             lo = mid + 1
     found = (
         _born_at(broker, topic, partition, lo)
-        if lo < broker.store.max_offset(topic, partition)
+        if lo < broker.reader.max_offset(topic, partition)
         else None
     )
     if found is None or found < timestamp:

@@ -4,7 +4,10 @@ A partition's ``records`` must hold exactly one v2 batch with a valid CRC-32C. I
 are decompressed (gzip, snappy framed or raw, lz4, zstd), checked (offset deltas
 0, 1, …, n-1), turned into messages (``mapping.record_to_message``) and stored with one
 :meth:`Broker.send`, which appends them contiguously: the batch's base offset is the
-first message's queue offset. The whole request runs in one worker thread.
+first message's queue offset. The batch as produced, base offset rewritten, goes into
+the listener's fetch cache (``batch_cache.py``). The whole request runs in one worker
+thread. The answer waits until reput has dispatched the records (so a consumer asked
+after it sees them), parked in :class:`~kafka_listener.arrivals.Arrivals`.
 
 Per-partition errors: INVALID_TOPIC_EXCEPTION (17) for names Cairn cannot hold;
 UNKNOWN_TOPIC_OR_PARTITION (3) for unknown topics (no auto-creation on Produce; clients
@@ -26,19 +29,19 @@ from mqcore.broker.broker import Broker
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
 
 from .. import mapping
+from ..arrivals import QueueRef
+from ..batch_cache import BatchCache, CachedBatch
 from ..errors import ErrorCode, error_code_for
 from ..idempotence import ProducerStates
-from ..records import decode_batch
+from ..records import ATTR_COMPRESSION_MASK, decode_batch, patch_base_offset
 from .context import Call, KafkaContext, Later
 from .topics import kafka_topic
 
-QueueRef = tuple[str, int, int]
 _VISIBLE_AT = "_visible_at"  # private key: where a stored batch ends, popped before replying
 MAX_VISIBILITY_WAIT_MS = 5_000
-# Polled, not notified: the broker's arrival notifier wakes a waiter once per dispatched
-# record, which for a batch of thousands costs more than the dispatch itself; a 1 ms poll
-# of the in-memory queue offsets costs nothing measurable and adds at most 1 ms.
-VISIBILITY_POLL_S = 0.001
+# Dispatches are heard in this process (arrivals.py); the re-check only matters when
+# another process runs reput.
+VISIBILITY_RECHECK_S = 0.005
 
 _SEND_ERRORS: dict[type[BaseException], ErrorCode] = {
     NotFoundError: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -64,6 +67,7 @@ def _partition_reply(code: int, base_offset: int = -1, log_start: int = -1) -> d
 def _store_partition(
     broker: Broker,
     producers: ProducerStates,
+    cache: BatchCache,
     topic: str,
     partition: int,
     records: bytes | None,
@@ -96,11 +100,17 @@ def _store_partition(
                     raise _Refused(code)
                 if duplicate_at is not None:
                     return _partition_reply(ErrorCode.NONE, duplicate_at, -1)
-                base = broker.send(topic, messages, born_host=call.peer)[0].queue_offset
+                first = broker.send(topic, messages, born_host=call.peer)[0]
+                base = first.queue_offset
                 producers.record(key, header.producer_epoch, header.base_sequence, count, base)
         else:
-            base = broker.send(topic, messages, born_host=call.peer)[0].queue_offset
-        reply = _partition_reply(ErrorCode.NONE, base, broker.store.min_offset(topic, partition))
+            first = broker.send(topic, messages, born_host=call.peer)[0]
+            base = first.queue_offset
+        if cache.max_bytes > 0 and not header.attributes & ~ATTR_COMPRESSION_MASK:
+            batch_bytes = patch_base_offset(records, base, 0)
+            entry = CachedBatch(base, base + count, batch_bytes, first.msg_id, header.compression)
+            cache.put(topic, partition, entry)
+        reply = _partition_reply(ErrorCode.NONE, base, broker.reader.min_offset(topic, partition))
         reply[_VISIBLE_AT] = (topic, partition, base + count - 1)
         return reply
     except _Refused as refused:
@@ -126,7 +136,13 @@ def _store_all(ctx: KafkaContext, call: Call, error: ErrorCode | None) -> list[d
                 reply = _partition_reply(topic_error)
             else:
                 reply = _store_partition(
-                    broker, ctx.producers, store_topic, part["index"], part["records"], call
+                    broker,
+                    ctx.producers,
+                    ctx.batch_cache,
+                    store_topic,
+                    part["index"],
+                    part["records"],
+                    call,
                 )
             reply["index"] = part["index"]
             partitions.append(reply)
@@ -165,13 +181,8 @@ async def _when_visible(
     """Wait until reput has dispatched every stored batch (so a consumer, ListOffsets or
     the REST API asked after the acknowledgement sees the records, as with Kafka), at most
     ``timeout_ms``; the records are stored either way."""
-    store = ctx.broker.store
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_ms / 1000
-    pending = refs
-    while pending and loop.time() < deadline:
-        await asyncio.sleep(VISIBILITY_POLL_S)
-        pending = [r for r in pending if store.max_offset(r[0], r[1]) <= r[2]]
+    if refs:
+        await ctx.arrivals.wait(refs, timeout_ms / 1000, VISIBILITY_RECHECK_S, every=True)
     return response
 
 

@@ -188,22 +188,25 @@ async def create_topics(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": await asyncio.to_thread(_create_all, ctx, call)}
 
 
-def _delete_one(broker: Broker, name: str) -> int:
+def _delete_one(ctx: KafkaContext, name: str) -> int:
+    broker = ctx.broker
     if mapping.kafka_topic_error(name) is not None:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     if kafka_topic(broker, name) is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    store_topic = mapping.to_store_topic(name)
     try:
-        broker.delete_topic(mapping.to_store_topic(name))
+        broker.delete_topic(store_topic)
     except MQError as exc:
         return error_code_for(exc, {ValidationError: ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+    ctx.batch_cache.drop_topic(store_topic)  # (fetches check entries anyway; this frees them)
     return 0
 
 
 async def delete_topics(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     def run() -> list[dict[str, Any]]:
         names = call.request["topic_names"]
-        return [{"name": n, "error_code": int(_delete_one(ctx.broker, n))} for n in names]
+        return [{"name": n, "error_code": int(_delete_one(ctx, n))} for n in names]
 
     return {"throttle_time_ms": 0, "responses": await asyncio.to_thread(run)}
 

@@ -110,7 +110,15 @@ BATCH = encode_batch(
 )
 
 
-def test_produce_then_fetch_round_trips_records(ctx: KafkaContext, broker: Broker) -> None:
+@pytest.fixture
+def uncached(broker: Broker) -> KafkaContext:
+    """A context without the fetch cache: every Fetch rebuilds batches from the store."""
+    config = ListenerConfig(port=0, fetch_cache_bytes=0)
+    return KafkaContext(broker, config, SystemClock(), versions=supported_versions())
+
+
+def test_produce_then_fetch_round_trips_records(uncached: KafkaContext, broker: Broker) -> None:
+    ctx = uncached
     first = produced(call(ctx, ApiKey.PRODUCE, produce_request("a.b", 0, BATCH)))
     assert first == {
         "index": 0,

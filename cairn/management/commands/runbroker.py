@@ -4,7 +4,9 @@ Daphne serves the ASGI application on Twisted's asyncio reactor, so every listen
 broker shares one asyncio event loop: the Kafka listener (``kafka_listener.server``) is
 started on that loop once the reactor runs, on ``CAIRN_HTTP_HOST`` and
 ``CAIRN_KAFKA_PORT`` (0 turns it off; a port that cannot be bound is reported and HTTP
-keeps serving), and closed by a "before shutdown" trigger. SIGINT
+keeps serving), advertised to clients (Metadata, FindCoordinator) as
+``CAIRN_KAFKA_ADVERTISED_HOST``:``CAIRN_KAFKA_ADVERTISED_PORT`` (default: the listen
+address), and closed by a "before shutdown" trigger. SIGINT
 and SIGTERM stop the reactor; the runtime is then stopped so the store is closed cleanly.
 """
 
@@ -23,7 +25,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cairn import runtime
+from cairn import env, runtime
 from kafka_listener.handlers import ListenerConfig
 from kafka_listener.server import KafkaListener
 from mqcore.errors import MQError
@@ -107,7 +109,13 @@ class Command(BaseCommand):
         listener = KafkaListener(
             rt.broker,
             ListenerConfig(
-                host=host, port=port, auto_create_topics=bool(settings.CAIRN["AUTO_CREATE_TOPICS"])
+                host=host,
+                port=port,
+                # What clients are told to connect to (behind NAT, in a container):
+                # unset = the listen host (a wildcard one advertises 127.0.0.1) and port.
+                advertised_host=env.get("CAIRN_KAFKA_ADVERTISED_HOST", "") or None,
+                advertised_port=env.get_port("CAIRN_KAFKA_ADVERTISED_PORT", 0) or None,
+                auto_create_topics=bool(settings.CAIRN["AUTO_CREATE_TOPICS"]),
             ),
         )
 
@@ -120,9 +128,18 @@ class Command(BaseCommand):
                 f"{server.kafka_failure} (set CAIRN_KAFKA_PORT, or 0 to turn it off)"
             )
 
+        def kafka_line() -> str:
+            line = f"Kafka clients: {host}:{listener.port}"
+            advertised = "{}:{}".format(*listener.ctx.advertised)
+            return (
+                line
+                if advertised == f"{host}:{listener.port}"
+                else f"{line} (advertised as {advertised})"
+            )
+
         def start() -> None:
             started = defer.Deferred.fromFuture(asyncio.ensure_future(listener.start()))
-            started.addCallback(lambda _: self._say(f"Kafka clients: {host}:{listener.port}"))
+            started.addCallback(lambda _: self._say(kafka_line()))
             started.addErrback(failed)
 
         def stop() -> Any:

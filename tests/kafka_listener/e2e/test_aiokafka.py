@@ -84,6 +84,36 @@ def test_produce_every_codec_and_fetch(
     assert got[7].value == b"payload-7 " * 30 and list(got[7].headers) == [("h", b"v7")]
 
 
+def test_fetch_from_the_middle_of_a_produced_batch(running: RunningListener, names) -> None:
+    topic = names("mid")
+
+    async def scenario() -> list[Any]:
+        await admin_create(running.bootstrap, topic, 1)
+        producer = AIOKafkaProducer(bootstrap_servers=running.bootstrap, linger_ms=50)
+        await producer.start()
+        try:
+            for i in range(100):
+                await producer.send(topic, b"v%d" % i, partition=0)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        assert running.listener is not None
+        entries = running.listener.ctx.batch_cache.run(topic.replace(".", "|"), 0, 37, 1, 1)
+        assert entries and entries[0][0].base < 37  # offset 37 is inside a cached batch
+        consumer = AIOKafkaConsumer(bootstrap_servers=running.bootstrap)
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            consumer.seek(tp, 37)  # the client skips the batch's records before it
+            return await consume(consumer, 63)
+        finally:
+            await consumer.stop()
+
+    got = run(scenario)
+    assert [(r.offset, r.value) for r in got] == [(i, b"v%d" % i) for i in range(37, 100)]
+
+
 def test_group_rebalance_commit_and_describe(running: RunningListener, names) -> None:
     topic, group = names("grp"), names("g")
 

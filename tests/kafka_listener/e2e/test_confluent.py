@@ -97,6 +97,24 @@ def test_produce_every_codec(running: RunningListener, names, compression: str, 
     assert got[42].headers() == [("h", b"1"), ("h", None)]
 
 
+def test_fetch_from_the_middle_of_a_produced_batch(running: RunningListener, names) -> None:
+    # The listener answers with the whole cached batch (as Kafka does); the client skips
+    # the records before its position.
+    topic = create(running, names("mid"), 1)
+    producer = Producer({"bootstrap.servers": running.bootstrap, "linger.ms": 50})
+    for i in range(100):
+        producer.produce(topic, value=b"v%d" % i, partition=0)
+    assert producer.flush(10) == 0
+    assert running.listener is not None
+    (first, _), *_ = running.listener.ctx.batch_cache.run(topic.replace(".", "|"), 0, 37, 1, 1)
+    assert first.base < 37  # offset 37 is inside a cached batch
+    c = consumer(running)
+    c.assign([TopicPartition(topic, 0, 37)])
+    got = poll(c, 63)
+    c.close()
+    assert [(m.offset(), m.value()) for m in got] == [(i, b"v%d" % i) for i in range(37, 100)]
+
+
 def test_subscribe_rebalance_and_commit(running: RunningListener, names) -> None:
     topic, group = create(running, names("grp"), 4), names("g")
     producer = Producer({"bootstrap.servers": running.bootstrap})

@@ -91,6 +91,25 @@ def test_produce_and_consume_assigned(running, admin, names, acks, compression) 
     assert [m.body for m in found] == [b"value-1" * 20]
 
 
+def test_fetch_from_the_middle_of_a_produced_batch(running, admin, names) -> None:
+    topic = create(admin, names("mid"), 1)
+    producer = KafkaProducer(bootstrap_servers=running.bootstrap, linger_ms=50)
+    for i in range(100):
+        producer.send(topic, b"v%d" % i)
+    producer.flush()
+    producer.close()
+    assert running.listener is not None
+    (first, _), *_ = running.listener.ctx.batch_cache.run(topic.replace(".", "|"), 0, 37, 1, 1)
+    assert first.base < 37  # offset 37 is inside a cached batch
+    consumer = KafkaConsumer(bootstrap_servers=running.bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 37)  # inside the one cached batch: the client skips what precedes it
+    got = consume(consumer, 63)
+    consumer.close()
+    assert [(r.offset, r.value) for r in got] == [(i, b"v%d" % i) for i in range(37, 100)]
+
+
 def test_idempotent_default_producer(running, admin, names) -> None:
     topic = create(admin, names("idem"), 1)
     producer = KafkaProducer(bootstrap_servers=running.bootstrap)  # idempotent by default

@@ -167,3 +167,53 @@ def test_busy_kafka_port_is_reported_and_http_keeps_serving(tmp_path: Path) -> N
     text = out.decode()
     assert proc.returncode == 0, text
     assert f"Kafka listener NOT started: cannot listen on 127.0.0.1:{kafka_port}" in text
+
+
+def test_advertised_address_comes_from_the_environment(tmp_path: Path) -> None:
+    import socket
+    import struct
+
+    from kafka_listener.messages import decode_response_frame, encode_request_frame
+    from kafka_listener.schemas import ApiKey
+
+    http_port, kafka_port = free_port(), free_port()
+    env = dict(
+        os.environ,
+        CAIRN_DATA_DIR=str(tmp_path),
+        CAIRN_HTTP_PORT=str(http_port),
+        CAIRN_KAFKA_PORT=str(kafka_port),
+        CAIRN_KAFKA_ADVERTISED_HOST="kafka.example.test",
+        CAIRN_KAFKA_ADVERTISED_PORT="19092",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("CAIRN_STORE_DIR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runbroker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+    def ask(sock: socket.socket, key: int, version: int, body: dict[str, Any]) -> Any:
+        sock.sendall(encode_request_frame(key, version, 7, body))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed"
+            data += chunk
+        return decode_response_frame(key, version, data)[1]
+
+    try:
+        wait_for_port(kafka_port, 60, proc)
+        with socket.create_connection(("127.0.0.1", kafka_port), timeout=10) as sock:
+            metadata = ask(sock, ApiKey.METADATA, 1, {"topics": None})
+            coordinator = ask(sock, ApiKey.FIND_COORDINATOR, 1, {"key": "g", "key_type": 0})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert [(b["host"], b["port"]) for b in metadata["brokers"]] == [("kafka.example.test", 19092)]
+    assert (coordinator["host"], coordinator["port"]) == ("kafka.example.test", 19092)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert f"127.0.0.1:{kafka_port} (advertised as kafka.example.test:19092)" in text

@@ -1,0 +1,143 @@
+"""Waiting for records to be dispatched, woken once per burst (Fetch long polls, Produce acks).
+
+A Fetch with nothing to return waits until a record for one of its partitions is
+dispatched by reput; a Produce answers once its records are readable. Both park here:
+
+* :meth:`Arrivals.on_dispatch` is a store listener, called on the reput thread for every
+  dispatched record. When nobody waits on the record's queue it costs a dict lookup.
+* A waiter is woken with **one** ``loop.call_soon_threadsafe`` per burst, not one per
+  record: the first record of a burst marks it ``signalled`` and schedules the wake-up;
+  later records see the mark and go on (an attribute read per waiter, no lock). The
+  waiter clears the mark before it re-checks the queues, so an arrival after that check
+  wakes it again. (The broker's own
+  long-poll notifier schedules a wake-up per record and waiter, which for a producer
+  batch of thousands of records cost more than the fetch it woke.)
+
+No lost wake-ups: a waiter registers *before* it checks, and reput writes the
+ConsumeQueue units of a dispatch batch *before* it calls the listeners, so either the
+check sees the record or the listener sees the (unsignalled) waiter.
+
+A waiter also re-checks every ``recheck_s`` by itself (records dispatched by another
+process, whose arrivals this one does not hear about).
+
+Thread-safety: ``on_dispatch`` runs on the reput thread; ``wait`` runs on any event loop
+(one per test, one per listener in the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from mqcore.store.store import MessageStore
+
+QueueKey = tuple[str, int]
+QueueRef = tuple[str, int, int]  # (store topic, queue id, offset): ready when max > offset
+
+
+class Dispatched(Protocol):
+    """What the store hands its listeners per record (``DispatchRequest`` and the like):
+    only the queue is read here."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def queue_id(self) -> int: ...
+
+
+class _Waiter:
+    __slots__ = ("loop", "event", "signalled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+        self.signalled = False
+
+    def fire(self) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.event.set)
+        except RuntimeError:  # the loop is closed: its waiter is gone with it
+            pass
+
+
+class Arrivals:
+    """Parked Kafka requests keyed by ``(store topic, queue id)``."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()  # taken to change _waiters, never by on_dispatch
+        # Tuples, replaced (not changed) under the lock, so that on_dispatch can read them
+        # without it while waiters come and go.
+        self._waiters: dict[QueueKey, tuple[_Waiter, ...]] = {}
+        self.wakeups = 0  # wake-ups scheduled (tests: a burst costs one per waiter)
+
+    # -- reput side ------------------------------------------------------------------------
+
+    def on_dispatch(self, request: Dispatched) -> None:
+        """Store listener: wake whoever waits on the record's queue. Never raises.
+
+        Lock-free: only the reput thread sets ``signalled``; a waiter resets it before
+        each check, so reading a stale True here can only skip a wake-up the waiter's
+        coming check makes unnecessary (the record is in the ConsumeQueue already)."""
+        for waiter in self._waiters.get((request.topic, request.queue_id), ()):
+            if not waiter.signalled:
+                waiter.signalled = True
+                self.wakeups += 1
+                waiter.fire()
+
+    # -- waiting side ----------------------------------------------------------------------
+
+    def ready(self, refs: Sequence[QueueRef], every: bool) -> bool:
+        """Whether any (``every``: each) queue has a record at or past its offset."""
+        max_offset = self.store.max_offset
+        check = all if every else any
+        return check(max_offset(topic, queue_id) > offset for topic, queue_id, offset in refs)
+
+    async def wait(
+        self, refs: Sequence[QueueRef], timeout_s: float, recheck_s: float, *, every: bool = False
+    ) -> bool:
+        """Wait until :meth:`ready` or ``timeout_s`` passes; returns the last check.
+
+        Args:
+            refs: ``(store topic, queue id, offset)``.
+            timeout_s: the longest wait.
+            recheck_s: check at least this often without a wake-up.
+            every: wait for every queue (Produce) rather than any (Fetch).
+        """
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop)
+        keys = {(topic, queue_id) for topic, queue_id, _ in refs}
+        with self._lock:
+            for key in keys:
+                self._waiters[key] = (*self._waiters.get(key, ()), waiter)
+        try:
+            deadline = loop.time() + timeout_s
+            while True:
+                waiter.signalled = False  # before the check: a later arrival fires again
+                if self.ready(refs, every):
+                    return True
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(waiter.event.wait(), min(remaining, recheck_s))
+                except TimeoutError:
+                    pass
+                waiter.event.clear()
+        finally:
+            with self._lock:
+                for key in keys:
+                    rest = tuple(w for w in self._waiters.get(key, ()) if w is not waiter)
+                    if rest:
+                        self._waiters[key] = rest
+                    else:
+                        self._waiters.pop(key, None)
+
+    @property
+    def waiting(self) -> int:
+        """Distinct parked waiters (tests)."""
+        with self._lock:
+            return len({w for group in self._waiters.values() for w in group})
