@@ -3,7 +3,7 @@ else under ``/api/v1/`` is a problem+json 404."""
 
 from django.urls import path, re_path
 
-from api.views import admin, config_docs, docs, groups, messages, topics, users
+from api.views import admin, config_docs, docs, groups, messages, tiered, topics, users
 from api.views.fallback import not_found
 
 app_name = "api"
@@ -45,6 +45,7 @@ urlpatterns = [
         for document in config_docs.DOCUMENTS
     ],
     path("status", admin.StatusView.as_view(), name="status"),
+    path("tiered", tiered.TieredStatusView.as_view(), name="tiered"),
     path("audit", admin.AuditView.as_view(), name="audit"),
     path("users", users.UserListView.as_view(), name="user-list"),
     path("users/<str:username>", users.UserDetailView.as_view(), name="user-detail"),

@@ -16,6 +16,7 @@ from api.serializers.common import (
     StrictSerializer,
     page_serializer,
 )
+from api.serializers.tiered import TierSummarySerializer
 from mqcore.broker.types import BrokerStatus
 
 
@@ -64,6 +65,7 @@ class StatusSerializer(serializers.Serializer):
     topic_count = serializers.IntegerField()
     group_count = serializers.IntegerField()
     services = serializers.DictField(child=ServiceStateSerializer())
+    tier = TierSummarySerializer(help_text="tiered storage totals (GET /tiered per queue)")
 
 
 def status_dict(status: BrokerStatus, version: str, services_mode: str) -> dict[str, Any]:

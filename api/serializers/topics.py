@@ -13,6 +13,7 @@ from api.serializers.common import (
     TopicNameField,
     page_serializer,
 )
+from api.serializers.tiered import TierQueueSerializer
 from mqcore.broker.types import TopicInfo, TopicStatus
 from mqcore.metadata.topics import MAX_QUEUE_NUMS, PERM_MAX, TOPIC_FILTER_TYPES
 
@@ -52,6 +53,9 @@ class QueueStatusSerializer(serializers.Serializer):
     max_offset = serializers.IntegerField()
     message_count = serializers.IntegerField()
     last_store_timestamp = serializers.IntegerField(help_text="epoch ms; 0 for an empty queue")
+    tier = TierQueueSerializer(
+        required=False, allow_null=True, help_text="tiered storage progress; null if not tiered"
+    )
 
 
 class TopicSerializer(serializers.Serializer):

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 import mqcore
 from api.models import AuditEntry
 from api.roles import OPERATOR
+from api.serializers import tiered
 from api.serializers.admin import (
     AuditEntrySerializer,
     AuditPageSerializer,
@@ -26,14 +27,16 @@ from cairn import runtime
 class StatusView(BrokerView):
     @extend_schema(
         summary="Broker status",
-        description="Store size, disk usage, messages per second over the last minute, and "
-        "each in-process service's state.",
+        description="Store size, disk usage, messages per second over the last minute, "
+        "each in-process service's state, and tiered storage totals (`tier`).",
         responses=responses({200: StatusSerializer}, 401, 403, 503),
     )
     def get(self, request: Request) -> Response:
         rt = runtime.current()
         status = self.broker.status(services=rt.service_states())
-        return Response(status_dict(status, mqcore.__version__, rt.services_mode))
+        body = status_dict(status, mqcore.__version__, rt.services_mode)
+        body["tier"] = tiered.summary(rt)
+        return Response(body)
 
 
 def _from_ms(ms: int) -> datetime:

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from api import audit
 from api.serializers.common import PageQuerySerializer
+from api.serializers.tiered import queue_rows
 from api.serializers.topics import (
     TOPIC_KINDS,
     TopicCreateSerializer,
@@ -23,6 +24,7 @@ from api.serializers.topics import (
 )
 from api.views.base import BrokerView, paginate
 from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
+from cairn import runtime
 from mqcore.broker.types import TopicInfo, TopicStatus
 from mqcore.errors import NotFoundError
 
@@ -80,11 +82,16 @@ class TopicListView(BrokerView):
 
 class TopicDetailView(BrokerView):
     def _detail(self, info: TopicInfo, status: TopicStatus) -> Any:
-        return TopicDetailSerializer((info, status)).data
+        data = TopicDetailSerializer((info, status)).data
+        tier = {row["queue_id"]: row for row in queue_rows(runtime.current(), info.name)}
+        for queue in data["queues"]:
+            queue["tier"] = tier.get(queue["queue_id"])
+        return data
 
     @extend_schema(
         summary="Get a topic",
-        description="Settings, and per queue the min/max offset and last store time.",
+        description="Settings, and per queue the min/max offset, last store time and tiered "
+        "storage progress (`tier`, null when the queue is not tiered).",
         parameters=[TOPIC],
         responses=responses({200: TopicDetailSerializer}, *READ),
     )

@@ -7,6 +7,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from api.serializers import tiered
 from cairn import runtime
 from mqcore.broker import Broker
 from webui.access import console_page, get_broker
@@ -94,6 +95,13 @@ def service_rows(states: dict[str, dict[str, Any]], services_mode: str) -> list[
     return rows
 
 
+def tier_context(rt: runtime.BrokerRuntime) -> dict[str, Any]:
+    """Tiered storage totals, and the queues furthest behind in uploading (top 5)."""
+    rows = tiered.queue_rows(rt)
+    behind = sorted((r for r in rows if r["lag"] > 0), key=lambda r: (-r["lag"], r["topic"]))
+    return {**tiered.summary(rt, rows), "behind": behind[:TOP]}
+
+
 def overview_context() -> dict[str, Any]:
     rt = runtime.current()
     broker = get_broker()
@@ -114,6 +122,7 @@ def overview_context() -> dict[str, Any]:
         "top_topics": top_topics,
         "series": sampler.series(),
         "store": health.get("store") or {},
+        "tier": tier_context(rt),
     }
 
 

@@ -18,9 +18,11 @@ from django.utils.html import format_html
 
 from api import audit
 from api.roles import OPERATOR
+from api.serializers import tiered
 from api.serializers.messages import MessageInSerializer, message_from, send_result
 from api.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer, topic_settings
 from api.views.messages import born_host
+from cairn import runtime
 from mqcore.broker import Broker, TopicInfo
 from mqcore.broker.view import subscribed_groups
 from mqcore.errors import MQError, NotFoundError
@@ -242,6 +244,8 @@ def _delay_choices(broker: Broker) -> list[tuple[int, str]]:
 
 def _topic_context(broker: Broker, info: TopicInfo) -> dict[str, Any]:
     status = broker.topic_status(info.name)
+    rt = runtime.current()
+    tier = {row["queue_id"]: row for row in tiered.queue_rows(rt, info.name)}
     groups = []
     for group in subscribed_groups(broker.metadata, info.name):
         try:
@@ -263,9 +267,11 @@ def _topic_context(broker: Broker, info: TopicInfo) -> dict[str, Any]:
                 "max_offset": q.max_offset,
                 "count": q.max_offset - q.min_offset,
                 "last_store_timestamp": q.last_store_timestamp,
+                "tier": tier.get(q.queue_id),
             }
             for q in status.queues
         ],
+        "tier_enabled": rt.tiered is not None,
         "last_store_timestamp": max((q.last_store_timestamp for q in status.queues), default=0),
         "groups": groups,
         "queue_choices": range(max(info.write_queue_nums, info.read_queue_nums, 1)),
