@@ -158,7 +158,10 @@ def _upload_queue(
                 result.bytes_appended += unit.size
                 copied += 1
                 offset = unit.queue_offset + 1
-                if flat.should_commit():
+                # Only count and size here: a backlog older than the commit timeout would
+                # otherwise commit (fsync, metadata, key index) after every single message.
+                # Age is checked once, after the copy, as RocketMQ does per batch.
+                if flat.buffer_full():
                     _commit(tier, flat, result, recent)
     if flat.dispatch_offset > flat.commit_offset and (force or flat.should_commit()):
         _commit(tier, flat, result, recent)

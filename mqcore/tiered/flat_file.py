@@ -437,6 +437,14 @@ class FlatFile:
             self._dispatch_offset += 1
             return True
 
+    def buffer_full(self) -> bool:
+        """The count or size threshold is reached (the age one is not looked at). Thread-safe."""
+        with self._lock:
+            return (
+                self._pending_count >= self.config.group_commit_count
+                or self._pending_bytes >= self.config.group_commit_size_bytes
+            )
+
     def should_commit(self, now_ms: int | None = None) -> bool:
         """Group commit: enough messages or bytes wait, or the oldest waits too long.
         Thread-safe."""

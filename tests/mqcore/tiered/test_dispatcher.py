@@ -112,6 +112,17 @@ def test_group_commit_by_size(tmp_path: Path) -> None:
         assert result.messages_committed == result.commits * per_commit
 
 
+def test_an_old_backlog_is_committed_in_one_batch_not_per_message(tmp_path: Path) -> None:
+    clock = FakeClock()
+    config = dataclasses.replace(EAGER, group_commit_count=4096, group_commit_timeout_ms=30_000)
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        put(store, 300, clock, step_ms=10)
+        clock.advance(60_000)  # every waiting message is past the commit timeout
+        tier = TieredStorage(MemoryBackend(), tmp_path, config, clock=clock)
+        result = upload_step(store, tier)
+        assert (result.messages_committed, result.commits) == (300, 1)
+
+
 class FlakyAppends(MemoryBackend):
     """Fails the next ``fail`` appends (after writing half the bytes when ``partial``)."""
 
