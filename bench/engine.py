@@ -20,6 +20,13 @@ single-threaded by design: one put lock, one reput runner):
   unique business key) and the ``UNIQ_KEY`` the store generates. Message objects are built
   outside the timed region (a producer builds them, not the broker).
 * **reput**: ``dispatch_until_caught_up`` over everything put (ConsumeQueue + IndexFile).
+* **pull**: ``get_messages`` reading the 100-byte queue front to back, 32 messages a call
+  (no tag filter), each returned as a full ``MessageExt``; its own **pull ceiling** row, in
+  the same run, copies each of the same records out of a read-only mapping of the CommitLog
+  with one slice (positions and sizes read beforehand, untimed): the least a read of those
+  bytes costs, with no ConsumeQueue read, no decoding and no message objects. The
+  **get_records** row reads the same queue as raw record views (``get_records``, nothing
+  decoded beyond the framing check).
 * **query**: ``query_by_key`` for random business keys over the whole 100-byte store (at
   least 1,000,000 messages by default); each query must find exactly its one message.
 
@@ -193,12 +200,62 @@ def timed_puts(
     return seconds, record_bytes
 
 
+def pull_rows(store: MessageStore, count: int, batch: int) -> list[Row]:
+    """Sequential ``get_messages`` of the first ``count`` messages of queue 0, and the
+    slice-copy ceiling over the same records."""
+    queue = store.queues.get(TOPIC, 0)
+    assert queue is not None
+    count = min(count, queue.max_offset)
+    spans: list[tuple[int, int]] = []
+    while len(spans) < count:
+        spans += [(u.phys_offset, u.size) for u in queue.units(len(spans), count - len(spans))]
+    segment = store.config.commitlog_file_size
+    record_bytes = sum(size for _, size in spans)
+    copied = 0
+    seconds = 0.0
+    first_file = spans[0][0] // segment
+    for file_index in range(first_file, spans[-1][0] // segment + 1):
+        path = store.root / "commitlog" / f"{file_index * segment:020d}"
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            base = file_index * segment
+            mine = [(p - base, p - base + s) for p, s in spans if p // segment == file_index]
+            t0 = time.perf_counter()
+            for start, end in mine:
+                copied += len(mm[start:end])
+            seconds += time.perf_counter() - t0
+    assert copied == record_bytes
+    ceiling_row = Row("pull ceiling 100 B", count, seconds, record_bytes)
+    get = store.get_messages
+    offset = 0
+    got = 0
+    t0 = time.perf_counter()
+    while offset < count:
+        result = get("bench", TOPIC, 0, offset, min(batch, count - offset))
+        got += len(result.messages)
+        offset = result.next_offset
+    seconds = time.perf_counter() - t0
+    assert got == count, (got, count)
+    pull_row = Row(f"pull({batch}) 100 B", count, seconds, record_bytes, ceiling_row.per_s)
+    records = store.get_records
+    offset = got = 0
+    t0 = time.perf_counter()
+    while offset < count:
+        views = records(TOPIC, 0, offset, min(batch, count - offset))
+        got += len(views.records)
+        offset = views.next_offset
+    seconds = time.perf_counter() - t0
+    assert got == count, (got, count)
+    views_row = Row(f"get_records({batch}) 100 B", count, seconds, record_bytes, ceiling_row.per_s)
+    return [ceiling_row, pull_row, views_row]
+
+
 @dataclass
 class StoreRun:
     rows: list[Row]
     reput: Row
     query_ms: list[float]
     stored: int
+    pull: list[Row]
 
 
 def run_store(
@@ -210,6 +267,7 @@ def run_store(
     queries: int,
     ceiling_row: Row,
     seed: int,
+    pull: int = 0,
 ) -> StoreRun:
     """Single puts, then batch puts up to ``total``, then reput, then key queries."""
     label = f"{len(body)} B"
@@ -227,7 +285,8 @@ def run_store(
         assert dispatched == total, (dispatched, total)
         reput_row = Row(f"reput {label}", total, reput_seconds, single_row.record_bytes + nbytes)
         latencies = measure_queries(store, total, queries, seed) if queries else []
-    return StoreRun([single_row, batch_row], reput_row, latencies, total)
+        pulled = pull_rows(store, pull, batch) if pull else []
+    return StoreRun([single_row, batch_row], reput_row, latencies, total, pulled)
 
 
 def measure_queries(store: MessageStore, stored: int, queries: int, seed: int) -> list[float]:
@@ -285,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32, help="messages per put_messages call")
     parser.add_argument("--queries", type=int, default=20_000, help="key queries to time")
     parser.add_argument(
+        "--pull", type=int, default=200_000, help="100-byte messages read back by get_messages"
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="small counts (100k / 20k / 10k single / 5k queries)"
     )
     parser.add_argument("--dir", default=None, help="where to create the temporary store")
@@ -292,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # fmt: skip
     if args.quick:
         args.messages, args.large_messages = 100_000, 20_000
-        args.single, args.queries = 10_000, 5_000
+        args.single, args.queries, args.pull = 10_000, 5_000, 50_000
     single = min(args.single, args.messages, args.large_messages)
 
     print(
@@ -301,26 +363,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rows: list[Row] = []
     reputs: list[Row] = []
+    pulls: list[Row] = []
     latencies: list[float] = []
     stored = 0
     segment = StoreConfig().commitlog_file_size
     with tempfile.TemporaryDirectory(prefix="cairn-bench-", dir=args.dir) as tmp:
         root = Path(tmp)
-        for size, total, queries in (
-            (100, args.messages, args.queries),
-            (4096, args.large_messages, 0),
+        for size, total, queries, pull in (
+            (100, args.messages, args.queries, args.pull),
+            (4096, args.large_messages, 0, 0),
         ):
             body = random.Random(size).randbytes(size)
             ceiling_row = ceiling(root, body, total - single, segment)
             run = run_store(
                 root / f"store-{size}", body, single, total, args.batch, queries, ceiling_row,
-                args.seed,
+                args.seed, pull,
             )  # fmt: skip
             rows += [ceiling_row, *run.rows]
             reputs.append(run.reput)
+            pulls += run.pull
             if queries:
                 latencies, stored = run.query_ms, run.stored
-        rows += reputs
+        rows += reputs + pulls
     print()
     print_table(rows)
     print()

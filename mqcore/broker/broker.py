@@ -129,7 +129,8 @@ class Broker(BrokerAdmin):
         with self._lock:
             if self._started:
                 return
-            self.store.add_listener(self._notifier.on_dispatch)
+            # Per batch, not per record: reput keeps its fast path (``mqcore.store.arrivals``).
+            self.store.add_arrivals_listener(self._notifier.on_arrivals)
             self._notifier.reopen()
             for level in range(1, len(self.store.delay_levels_ms) + 1):
                 self.metadata.delay_offsets.clamp(
@@ -151,7 +152,7 @@ class Broker(BrokerAdmin):
             if not self._started:
                 return
             self._started = False
-            self.store.remove_listener(self._notifier.on_dispatch)
+            self.store.remove_arrivals_listener(self._notifier.on_arrivals)
             self._notifier.close()
         self.metadata.offsets.persist()
         self.metadata.delay_offsets.persist()

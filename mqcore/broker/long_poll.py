@@ -1,8 +1,11 @@
 """Long polling: park a pull until a message for its queue is dispatched, or time runs out.
 
-The broker registers :meth:`ArrivalNotifier.on_dispatch` as a store listener once. Waiters
-register under the ``(topic, queue_id)`` keys they care about (one for a pull, several for a
-Kafka fetch); when reput dispatches a record for one of those keys, the notifier fires them:
+The broker registers :meth:`ArrivalNotifier.on_arrivals` as the store's arrivals listener
+once (``mqcore.store.arrivals``: one call per dispatch batch naming the queues that grew, so
+reput keeps its fast path; :meth:`ArrivalNotifier.on_dispatch` is the per-record form for
+other sources). Waiters register under the ``(topic, queue_id)`` keys they care about (one
+for a pull, several for a Kafka fetch); when reput dispatches a record for one of those
+keys, the notifier fires them:
 a ``threading.Event`` for blocking callers, an ``asyncio.Event`` set through
 ``loop.call_soon_threadsafe`` for coroutines, so the event loop is never blocked.
 
@@ -15,8 +18,8 @@ process (reput run by Celery, whose notifications this process does not hear) ar
 within that interval. Timeouts are real time: a long poll blocks a real thread or task, so
 a FakeClock could never end it.
 
-Thread-safety: every method may be called from any thread; ``on_dispatch`` runs on the reput
-thread and costs one dict lookup when nobody waits on the record's queue.
+Thread-safety: every method may be called from any thread; ``on_arrivals`` runs on the reput
+thread and costs one dict lookup per queue of the batch when nobody waits on it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from mqcore.store.format import DispatchRequest
 
@@ -64,6 +67,20 @@ class ArrivalNotifier:
     def on_dispatch(self, request: DispatchRequest) -> None:
         """Store listener: wake whoever waits on the record's queue. Never raises."""
         self.notify(request.topic, request.queue_id)
+
+    def on_arrivals(self, arrivals: Mapping[QueueKey, int]) -> None:
+        """Store arrivals listener: wake, once, whoever waits on a queue that grew in the
+        dispatch batch. Never raises."""
+        waiting = self._waiters
+        if not waiting:  # unlocked fast path; see the module docstring
+            return
+        keys = [key for key in arrivals if key in waiting]
+        if not keys:
+            return
+        with self._lock:
+            waiters = {w for key in keys for w in self._waiters.get(key, ())}
+        for waiter in waiters:
+            waiter.fire()
 
     def notify(self, topic: str, queue_id: int) -> None:
         """Wake the waiters of one queue (also for arrivals learned from elsewhere, e.g. a

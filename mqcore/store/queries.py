@@ -6,15 +6,16 @@ short function and the facade stays a facade.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from mqcore.errors import ValidationError
 from mqcore.message import MessageExt
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.consume_queue import ConsumeQueue
-from mqcore.store.format import decode_record
 from mqcore.store.index_service import IndexService
 from mqcore.store.msgid import decode_offset_msg_id
+from mqcore.store.record_reader import RecordReader
+from mqcore.store.record_views import RecordsResult, RecordView
 from mqcore.store.results import GetResult, GetStatus
 
 MAX_FILTER_SCAN_BYTES = 16_000  # maxFilterMessageSize: how far a filtered pull scans (spec 7.1)
@@ -30,45 +31,89 @@ def get_messages(
     tag_filter: Collection[int] | None,
     max_bytes: int,
 ) -> GetResult:
-    """Spec 7.1's status table, then a scan of at most one ConsumeQueue file."""
+    """Spec 7.1's status table, then a scan of at most one ConsumeQueue file.
+
+    Without a filter, only the ``max_count`` units that can be returned are read; with one,
+    up to ``MAX_FILTER_SCAN_BYTES`` of units (RocketMQ's bound on a filtered scan)."""
+    with RecordReader(commit_log) as reader:
+        status, next_offset, low, high, messages = _scan(
+            queue, offset, max_count, tag_filter, max_bytes, reader.message
+        )
+    return GetResult(status, next_offset, low, high, messages)
+
+
+def get_records(
+    commit_log: CommitLog, queue: ConsumeQueue | None, offset: int, max_count: int, max_bytes: int
+) -> RecordsResult:
+    """:func:`get_messages` without a filter, as raw records (``record_views.py``)."""
+
+    with RecordReader(commit_log) as reader:
+        raw = reader.raw
+
+        def view(phys_offset: int, size: int, queue_offset: int) -> RecordView | None:
+            data = raw(phys_offset, size)
+            return None if data is None else RecordView(data, phys_offset, queue_offset)
+
+        status, next_offset, low, high, records = _scan(
+            queue, offset, max_count, None, max_bytes, view, with_offset=True
+        )
+    return RecordsResult(status, next_offset, low, high, records)
+
+
+def _scan[T](
+    queue: ConsumeQueue | None,
+    offset: int,
+    max_count: int,
+    tag_filter: Collection[int] | None,
+    max_bytes: int,
+    read: Callable[..., T | None],
+    *,
+    with_offset: bool = False,
+) -> tuple[GetStatus, int, int, int, list[T]]:
+    """The status table and the unit walk, shared by the two read forms: ``read(phys_offset,
+    size[, queue_offset])`` gives an item, or None when the bytes are gone."""
     if queue is None:
-        return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        return GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, []
     low, high = queue.min_offset, queue.max_offset
     if high == 0:
-        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, low, high)
+        return GetStatus.NO_MESSAGE_IN_QUEUE, 0, low, high, []
     if offset < low:
-        return GetResult(GetStatus.OFFSET_TOO_SMALL, low, low, high)
+        return GetStatus.OFFSET_TOO_SMALL, low, low, high, []
     if offset == high:
-        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, low, high)
+        return GetStatus.OFFSET_OVERFLOW_ONE, offset, low, high, []
     if offset > high:
-        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, high, low, high)
-    scan_limit = max(MAX_FILTER_SCAN_BYTES, max_count * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+        return GetStatus.OFFSET_OVERFLOW_BADLY, high, low, high, []
+    codes = set(tag_filter) if tag_filter else None
+    if codes is None:
+        scan_limit = max(max_count, 1)  # one item at least, as the loop below returns
+    else:
+        scan_limit = max(MAX_FILTER_SCAN_BYTES, max_count * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
     units = queue.units(offset, min(scan_limit, high - offset))
     if not units:
-        next_file = (
-            offset + queue.file_size // CQ_UNIT_SIZE - offset % (queue.file_size // CQ_UNIT_SIZE)
-        )
-        return GetResult(GetStatus.OFFSET_FOUND_NULL, next_file, low, high)
-    codes = set(tag_filter) if tag_filter else None
+        per_file = queue.file_size // CQ_UNIT_SIZE
+        return GetStatus.OFFSET_FOUND_NULL, offset + per_file - offset % per_file, low, high, []
     status = GetStatus.NO_MATCHED_MESSAGE
-    messages: list[MessageExt] = []
+    items: list[T] = []
     total_bytes = 0
     next_offset = offset
     for unit in units:
-        if messages and (len(messages) >= max_count or total_bytes + unit.size > max_bytes):
+        if items and (len(items) >= max_count or total_bytes + unit.size > max_bytes):
             break
         next_offset = unit.queue_offset + 1
         if codes is not None and _int32(unit.tags_code) not in codes:
             continue
-        raw = commit_log.read(unit.phys_offset, unit.size)
-        if raw is None:
-            if not messages:
+        if with_offset:
+            item = read(unit.phys_offset, unit.size, unit.queue_offset)
+        else:
+            item = read(unit.phys_offset, unit.size)
+        if item is None:
+            if not items:
                 status = GetStatus.MESSAGE_WAS_REMOVING
             continue
-        messages.append(decode_record(raw, 0))
+        items.append(item)
         total_bytes += unit.size
         status = GetStatus.FOUND
-    return GetResult(status, next_offset, low, high, messages)
+    return status, next_offset, low, high, items
 
 
 def _int32(value: int) -> int:

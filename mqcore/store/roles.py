@@ -48,6 +48,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from mqcore.errors import CorruptIndexError
+from mqcore.store.arrivals import arrivals_of_requests
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
@@ -365,8 +366,8 @@ def follow_dispatch(store: MessageStore, max_bytes: int) -> int:
     """Broker role's reput: catch up with what the worker dispatched.
 
     Walks the CommitLog from the followed offset up to the worker's REPUT_OFFSET, extends
-    each touched queue once, then calls the listeners for every record, as an in-process
-    reput would have. Caller holds the store's reput lock.
+    each touched queue once, then calls the arrivals listeners once and the listeners for
+    every record, as an in-process reput would have. Caller holds the store's reput lock.
 
     Returns:
         Records followed.
@@ -387,6 +388,11 @@ def follow_dispatch(store: MessageStore, max_bytes: int) -> int:
     for topic, queue_id in touched:
         refresh_queue(store, topic, queue_id)
     store.reput_offset = max(store.reput_offset, end)
+    if store.arrivals_listeners and requests:
+        arrivals = arrivals_of_requests(requests)
+        if arrivals:
+            for arrivals_listener in store.arrivals_listeners:
+                arrivals_listener(arrivals)
     for request in requests:
         for listener in store.listeners:
             listener(request)

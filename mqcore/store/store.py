@@ -6,8 +6,9 @@
                           │
     reput_once  ◀─────────┘  CommitLog.iter_dispatch ─▶ dispatch ─▶ ConsumeQueue.put
                                                                  ├▶ IndexService.build_index
-                                                                 └▶ listeners (long polls, trace)
-    get_messages, query_by_key, view_by_id, offset_for_time ─▶ queries.py
+                                                                 ├▶ arrivals listeners (long polls)
+                                                                 └▶ listeners (live trace)
+    get_messages, get_records, query_by_key, view_by_id, offset_for_time ─▶ queries.py
 
 Thread-safety: every public method may be called from any thread once the store is open.
 Appends serialise on the CommitLog's put lock; dispatch serialises on the reput lock (one
@@ -28,7 +29,8 @@ from types import TracebackType
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import StoreClosedError
 from mqcore.message import Message, MessageExt
-from mqcore.store import queries, roles
+from mqcore.store import dispatch_write, queries, roles
+from mqcore.store.arrivals import ArrivalsListener
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.commit_log import CommitLog, PendingRecord
 from mqcore.store.config import StoreConfig
@@ -36,7 +38,7 @@ from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.dispatch_scan import Row
 from mqcore.store.format import DispatchRequest
-from mqcore.store.index_service import IndexColumns, IndexService
+from mqcore.store.index_service import IndexService
 from mqcore.store.lockfile import StoreLock
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator, create_offset_msg_id
 from mqcore.store.plain_batch import PlainContext, new_put_result
@@ -55,6 +57,7 @@ from mqcore.store.record_layout import (
     V1_MAX_TOPIC_BYTES,
     record_size,
 )
+from mqcore.store.record_views import RecordsResult
 from mqcore.store.recovery import RecoveryReport, recover
 from mqcore.store.results import GetResult, PutResult, PutStatus
 from mqcore.store.roles import Role
@@ -69,9 +72,6 @@ DEFAULT_BORN_HOST = HostAddress("127.0.0.1", 0)
 
 #: Records dispatched per batch by ``reput_once`` (ConsumeQueue and index writes batched).
 _DISPATCH_BATCH = 1024
-_QUEUED_TYPES = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-#: The SYSFLAG bit of PREPARED (0x4) and ROLLBACK (0xC): such records get no queue unit.
-_PREPARED = 0x4
 #: Topic names that passed ``validate_topic`` are remembered (up to this many) to skip the regex.
 _VALID_TOPICS_MAX = 10_000
 
@@ -151,6 +151,7 @@ class MessageStore:
         self._lock = StoreLock(self.root)
         self._reput_lock = threading.Lock()
         self._listeners: list[Listener] = []
+        self._arrivals_listeners: list[ArrivalsListener] = []
         #: Set after every append; the inline reput loop waits on it instead of polling.
         self.appended = threading.Event()
         self._uniq = UniqKeyGenerator(clock=self.clock)
@@ -475,7 +476,9 @@ class MessageStore:
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(request)`` for every record dispatched (on the reput thread).
-        Listeners must be quick and must not raise; they wake long polls and live traces."""
+        Listeners must be quick and must not raise (the live trace). While one is registered
+        reput builds a DispatchRequest per record; a listener that only needs to know which
+        queues grew should use :meth:`add_arrivals_listener`."""
         self._listeners.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
@@ -484,6 +487,20 @@ class MessageStore:
     @property
     def listeners(self) -> list[Listener]:
         return self._listeners
+
+    def add_arrivals_listener(self, listener: ArrivalsListener) -> None:
+        """Call ``listener(arrivals)`` once per dispatch batch with ``(topic, queue_id) ->
+        highest queue offset dispatched`` (``arrivals.py``), after the batch's ConsumeQueue
+        units are written. For listeners that only need to know which queues grew: unlike
+        :meth:`add_listener`, it keeps reput on its fast rows path. Quick, must not raise."""
+        self._arrivals_listeners.append(listener)
+
+    def remove_arrivals_listener(self, listener: ArrivalsListener) -> None:
+        self._arrivals_listeners.remove(listener)
+
+    @property
+    def arrivals_listeners(self) -> list[ArrivalsListener]:
+        return self._arrivals_listeners
 
     def set_writable(self, writable: bool, reason: str) -> None:
         """Refuse (with ``reason``) or accept puts again; the cleanup service's disk check.
@@ -561,49 +578,12 @@ class MessageStore:
             return count
 
     def _dispatch_rows(self, rows: list[Row]) -> None:
-        """:meth:`_dispatch_many` for rows (no listeners, ``dispatch_scan.py``), column by
-        column, with the same resulting files."""
-        if not rows:
-            return
-        (
-            topics, queue_ids, queue_offsets, phys_offsets, sizes, tags_codes,
-            store_timestamps, keys, uniq_keys, sys_flags,
-        ) = zip(*rows, strict=True)  # fmt: skip
-        if _PREPARED in set(map(_PREPARED.__and__, sys_flags)):  # some take no queue unit
-            queued = [row for row in rows if not row[9] & _PREPARED]  # row[9]: SYSFLAG
-            if queued:
-                q_topics, q_ids, q_offsets, q_phys, q_sizes, q_tags, q_times, *_ = zip(
-                    *queued, strict=True
-                )
-                self.queues.put_columns(q_topics, q_ids, q_phys, q_sizes, q_tags, q_offsets)
-                self.checkpoint.logics_msg_timestamp = q_times[-1]
-        else:
-            self.queues.put_columns(
-                topics, queue_ids, phys_offsets, sizes, tags_codes, queue_offsets
-            )
-            self.checkpoint.logics_msg_timestamp = store_timestamps[-1]
-        if self.config.message_index_enable:
-            self.index.build_index_many(
-                IndexColumns(topics, phys_offsets, store_timestamps, uniq_keys, keys, sys_flags)
-            )
+        """:meth:`_dispatch_many` for rows (``dispatch_write.write_rows``)."""
+        dispatch_write.write_rows(self, rows)
 
     def _dispatch_many(self, batch: Sequence[DispatchRequest]) -> None:
-        """``_dispatch`` then the listeners for each request, with the same resulting files:
-        ConsumeQueue units and index keys are written in batches (``put_many``,
-        ``build_index_many``), ~2x faster than one request at a time."""
-        if not batch:
-            return
-        queued = [r for r in batch if r.sys_flag & TRANSACTION_TYPE_MASK in _QUEUED_TYPES]
-        if queued:
-            self.queues.put_many(queued)
-            self.checkpoint.logics_msg_timestamp = queued[-1].store_timestamp
-        if self.config.message_index_enable:
-            self.index.build_index_many(batch)
-        listeners = self._listeners
-        if listeners:
-            for request in batch:
-                for listener in listeners:
-                    listener(request)
+        """``_dispatch`` then the listeners, in batches (``dispatch_write.write_requests``)."""
+        dispatch_write.write_requests(self, batch)
 
     def attach(self) -> bool:
         """Services role: become the one writer of derived files. The caller holds the reput
@@ -708,6 +688,20 @@ class MessageStore:
             tag_filter,
             max_bytes,
         )
+
+    def get_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> RecordsResult:
+        """:meth:`get_messages` without a tag filter, as :class:`RecordView` objects (raw
+        record bytes, offsets, store time; the rest decoded on use: ``record_views.py``)."""
+        self._check_open()
+        queue = self._read_queue(topic, queue_id, offset)
+        return queries.get_records(self.commit_log, queue, offset, max_count, max_bytes)
 
     def query_by_key(
         self, topic: str, key: str, begin_ms: int, end_ms: int, max_count: int = 32
