@@ -644,7 +644,9 @@ def _tree_size(root: Path) -> int:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                 elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
+                    # Allocated blocks, not the apparent size: segments are created sparse at
+                    # full size (1 GiB CommitLog files), so st_size overstates a young store.
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
             except OSError:
                 continue
     return total

@@ -390,8 +390,9 @@ class BrokerStatus:
     """What the console's status page shows.
 
     Attributes:
-        store_size_bytes: bytes of files under the store root (commit log, queues, index,
-            config).
+        store_size_bytes: disk space the files under the store root take (commit log,
+            queues, index, config): allocated blocks, so a sparse, mostly empty segment
+            counts what was written, not its full size.
         disk_*: the partition holding the store (``shutil.disk_usage``).
         put_tps, get_tps: messages stored / returned by pulls per second, averaged over the
             last 60 s.
