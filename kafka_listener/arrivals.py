@@ -3,15 +3,14 @@
 A Fetch with nothing to return waits until a record for one of its partitions is
 dispatched by reput; a Produce answers once its records are readable. Both park here:
 
-* :meth:`Arrivals.on_dispatch` is a store listener, called on the reput thread for every
-  dispatched record. When nobody waits on the record's queue it costs a dict lookup.
-* A waiter is woken with **one** ``loop.call_soon_threadsafe`` per burst, not one per
-  record: the first record of a burst marks it ``signalled`` and schedules the wake-up;
-  later records see the mark and go on (an attribute read per waiter, no lock). The
-  waiter clears the mark before it re-checks the queues, so an arrival after that check
-  wakes it again. (The broker's own
-  long-poll notifier schedules a wake-up per record and waiter, which for a producer
-  batch of thousands of records cost more than the fetch it woke.)
+* :meth:`Arrivals.on_arrivals` is a store *arrivals* listener
+  (``MessageStore.add_arrivals_listener``), called on the reput thread once per dispatch
+  batch with the queues that grew (``mqcore.store.arrivals``): a dict lookup per queue, and
+  reput stays on its fast path (a per-record listener would push it onto the slow one).
+* A waiter is woken with **one** ``loop.call_soon_threadsafe`` per burst: the first batch
+  of a burst marks it ``signalled`` and schedules the wake-up; later batches see the mark
+  and go on (an attribute read per waiter, no lock). The waiter clears the mark before it
+  re-checks the queues, so an arrival after that check wakes it again.
 
 No lost wake-ups: a waiter registers *before* it checks, and reput writes the
 ConsumeQueue units of a dispatch batch *before* it calls the listeners, so either the
@@ -20,7 +19,7 @@ check sees the record or the listener sees the (unsignalled) waiter.
 A waiter also re-checks every ``recheck_s`` by itself (records dispatched by another
 process, whose arrivals this one does not hear about).
 
-Thread-safety: ``on_dispatch`` runs on the reput thread; ``wait`` runs on any event loop
+Thread-safety: ``on_arrivals`` runs on the reput thread; ``wait`` runs on any event loop
 (one per test, one per listener in the broker).
 """
 
@@ -28,24 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
 
 from mqcore.store.store import MessageStore
 
 QueueKey = tuple[str, int]
 QueueRef = tuple[str, int, int]  # (store topic, queue id, offset): ready when max > offset
-
-
-class Dispatched(Protocol):
-    """What the store hands its listeners per record (``DispatchRequest`` and the like):
-    only the queue is read here."""
-
-    @property
-    def topic(self) -> str: ...
-
-    @property
-    def queue_id(self) -> int: ...
 
 
 class _Waiter:
@@ -68,25 +55,29 @@ class Arrivals:
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
-        self._lock = threading.Lock()  # taken to change _waiters, never by on_dispatch
-        # Tuples, replaced (not changed) under the lock, so that on_dispatch can read them
+        self._lock = threading.Lock()  # taken to change _waiters, never by on_arrivals
+        # Tuples, replaced (not changed) under the lock, so that on_arrivals can read them
         # without it while waiters come and go.
         self._waiters: dict[QueueKey, tuple[_Waiter, ...]] = {}
         self.wakeups = 0  # wake-ups scheduled (tests: a burst costs one per waiter)
 
     # -- reput side ------------------------------------------------------------------------
 
-    def on_dispatch(self, request: Dispatched) -> None:
-        """Store listener: wake whoever waits on the record's queue. Never raises.
+    def on_arrivals(self, arrivals: Mapping[QueueKey, int]) -> None:
+        """Arrivals listener: wake whoever waits on a queue of the batch. Never raises.
 
         Lock-free: only the reput thread sets ``signalled``; a waiter resets it before
         each check, so reading a stale True here can only skip a wake-up the waiter's
         coming check makes unnecessary (the record is in the ConsumeQueue already)."""
-        for waiter in self._waiters.get((request.topic, request.queue_id), ()):
-            if not waiter.signalled:
-                waiter.signalled = True
-                self.wakeups += 1
-                waiter.fire()
+        waiters = self._waiters
+        if not waiters:
+            return
+        for key in arrivals:
+            for waiter in waiters.get(key, ()):
+                if not waiter.signalled:
+                    waiter.signalled = True
+                    self.wakeups += 1
+                    waiter.fire()
 
     # -- waiting side ----------------------------------------------------------------------
 

@@ -82,12 +82,12 @@ class KafkaContext:
         self.producers = ProducerStates(self.clock)
         self.batch_cache = BatchCache(self.config.fetch_cache_bytes)
         self.arrivals = Arrivals(self.broker.store)
-        self.broker.store.add_listener(self.arrivals.on_dispatch)
+        self.broker.store.add_arrivals_listener(self.arrivals.on_arrivals)
 
     def close(self) -> None:
         """Stop listening to dispatches (the listener is closing)."""
         with contextlib.suppress(ValueError):  # closed twice
-            self.broker.store.remove_listener(self.arrivals.on_dispatch)
+            self.broker.store.remove_arrivals_listener(self.arrivals.on_arrivals)
 
 
 @dataclass(frozen=True, slots=True)

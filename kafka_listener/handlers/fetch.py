@@ -3,10 +3,13 @@
 Fetch serves each partition from the listener's cache of produced batches when it holds
 the fetch offset (``batch_cache.py``: the produced batch itself, base offset rewritten,
 after a one-message check that the store still holds what was produced there), else
-reads the store with :meth:`Broker.pull` (no group: Kafka fetches are group-less) and
-rebuilds one uncompressed record batch v2 from the stored messages
-(``mapping.message_to_record``): base offset = the first message's queue offset, deltas
-from it, producer fields -1, fresh CRC-32C. A partition gets at least its first batch or
+reads the store and rebuilds one uncompressed record batch v2 from the stored records:
+base offset = the first record's queue offset, deltas from it, producer fields -1, fresh
+CRC-32C. Offsets in the local store are read as raw record views with
+:meth:`Broker.pull_records` (no group: Kafka fetches are group-less) and encoded from their
+bytes (``view_records.py``); with a tiered reader, or below the local min offset, through
+:meth:`Broker.pull` and ``mapping.message_to_record`` (the tier serves cold offsets). Both
+give the same bytes for the same records. A partition gets at least its first batch or
 message even past ``partition_max_bytes`` (KIP-74), then more up to that limit and up to
 the request's ``max_bytes`` overall. A cached zstd batch is served to Fetch v10+ only
 (older versions cannot carry zstd); others read the store.
@@ -37,12 +40,14 @@ from mqcore.broker.broker import Broker
 from mqcore.broker.types import PullStatus
 from mqcore.errors import MQError, NotFoundError, ValidationError
 from mqcore.message import MessageExt
+from mqcore.store.record_views import RecordView
 
 from .. import mapping
 from ..batch_cache import BatchCache, CachedBatch
 from ..compression import Compression
 from ..errors import ErrorCode, error_code_for
 from ..records import encode_batch
+from ..view_records import views_to_records
 from .context import Call, KafkaContext
 from .topics import kafka_topic
 
@@ -98,35 +103,78 @@ def _read(
     limit = max(1, min(part.max_bytes, budget))
     if cache is not None and _read_cached(broker, part, limit, max_records, cache):
         return
+    try:
+        if broker.reader is broker.store and part.offset >= broker.store.min_offset(
+            part.store_topic, part.partition
+        ):
+            _read_local(broker, part, limit, max_records)
+        else:
+            _read_pulled(broker, part, limit, max_records)
+    except MQError as exc:
+        part.error = error_code_for(exc, _READ_ERRORS)
+
+
+def _read_local(broker: Broker, part: _Part, limit: int, max_records: int) -> None:
+    """Read the local store as raw record views (``Broker.pull_records``) and encode the
+    batch from their bytes (``view_records.py``): no MessageExt per record."""
+    assert part.store_topic is not None
+    views: list[RecordView] = []
+    offset = part.offset
+    used = 0
+    while True:
+        count = min(broker.config.max_pull_count, max_records - len(views))
+        status, result = broker.pull_records(
+            part.store_topic, part.partition, offset, count, max(1, limit - used)
+        )
+        part.high_watermark = result.max_offset
+        part.log_start = result.min_offset
+        if status is PullStatus.OFFSET_ILLEGAL:
+            part.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            return
+        records = result.records
+        if not records:
+            break
+        views += records
+        used += sum(len(v.raw) for v in records)
+        offset = result.next_offset
+        if used >= limit or len(views) >= max_records or len(records) < count:
+            break
+    if not views:
+        part.records = b""
+        return
+    base = views[0].queue_offset
+    part.records = encode_batch(views_to_records(views, base), base_offset=base)
+
+
+def _read_pulled(broker: Broker, part: _Part, limit: int, max_records: int) -> None:
+    """Read through :meth:`Broker.pull` (its reader may be tiered: cold offsets come from
+    the tier) and encode the batch from the messages."""
+    assert part.store_topic is not None
     messages: list[MessageExt] = []
     offset = part.offset
     used = 0
-    try:
-        while True:
-            count = min(broker.config.max_pull_count, max_records - len(messages))
-            result = broker.pull(
-                None,
-                part.store_topic,
-                part.partition,
-                offset,
-                count,
-                max_bytes=max(1, limit - used),
-            )
-            part.high_watermark = result.max_offset
-            part.log_start = result.min_offset
-            if result.status is PullStatus.OFFSET_ILLEGAL:
-                part.error = ErrorCode.OFFSET_OUT_OF_RANGE
-                return
-            if not result.messages:
-                break
-            messages += result.messages
-            used += sum(m.store_size for m in result.messages)
-            offset = result.next_offset
-            if used >= limit or len(messages) >= max_records or len(result.messages) < count:
-                break
-    except MQError as exc:
-        part.error = error_code_for(exc, _READ_ERRORS)
-        return
+    while True:
+        count = min(broker.config.max_pull_count, max_records - len(messages))
+        result = broker.pull(
+            None,
+            part.store_topic,
+            part.partition,
+            offset,
+            count,
+            max_bytes=max(1, limit - used),
+        )
+        part.high_watermark = result.max_offset
+        part.log_start = result.min_offset
+        if result.status is PullStatus.OFFSET_ILLEGAL:
+            part.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            return
+        if not result.messages:
+            break
+        messages += result.messages
+        used += sum(m.store_size for m in result.messages)
+        offset = result.next_offset
+        if used >= limit or len(messages) >= max_records or len(result.messages) < count:
+            break
     if not messages:
         part.records = b""
         return

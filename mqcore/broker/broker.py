@@ -40,7 +40,7 @@ from mqcore.broker.config import BrokerConfig
 from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
 from mqcore.broker.long_poll import ArrivalNotifier
 from mqcore.broker.management import BrokerAdmin
-from mqcore.broker.pulling import check_pull, check_pull_args, scan
+from mqcore.broker.pulling import _map_status, check_pull, check_pull_args, scan
 from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import (
     Placed,
@@ -68,6 +68,8 @@ from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC
 from mqcore.store.config import StoreConfig
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator
+from mqcore.store.record_views import RecordsResult
+from mqcore.store.results import GetStatus
 from mqcore.store.store import MessageStore
 
 QueueRef = tuple[str, int, int]
@@ -380,6 +382,26 @@ class Broker(BrokerAdmin):
             result = scan(self.reader, group, topic, queue_id, at, max_count, tags, max_bytes)
         self._gets.add(len(result.messages))
         return result
+
+    def pull_records(
+        self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int
+    ) -> tuple[PullStatus, RecordsResult]:
+        """A group-less :meth:`pull` of the *local* store as raw record views
+        (``MessageStore.get_records``): the same checks and status mapping, no tag filter,
+        no wait. For front ends that re-encode records (the Kafka fetch); offsets already
+        moved to a tier (``self.reader`` is not ``self.store``) must use :meth:`pull`.
+
+        Raises:
+            As :meth:`pull` (no group errors).
+        """
+        check_pull_args(self.config, offset, max_count, 0, max_bytes)
+        check_pull(self.metadata, self.config, None, topic, queue_id)
+        got = self.store.get_records(topic, queue_id, offset, max_count, max_bytes)
+        status = (
+            PullStatus.FOUND if got.status is GetStatus.FOUND else _map_status(got.status, offset)
+        )
+        self._gets.add(len(got.records))
+        return status, got
 
     async def pull_async(
         self,

@@ -18,7 +18,6 @@ The framing checks are ``decode_dispatch``'s fast path, inlined; any record off 
 from __future__ import annotations
 
 import mmap
-import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -31,6 +30,7 @@ from mqcore.store.record_layout import (
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
     PROPERTIES_LENGTH,
+    REPUT_HEADER_V1_IPV4,
     V1_MAX_TOPIC_BYTES,
 )
 
@@ -55,24 +55,7 @@ class DispatchRow(NamedTuple):
     sys_flag: int
 
 
-# TOTALSIZE..BODYLENGTH of a V1 record with IPv4 hosts, only reput's fields unpacked.
-_HEADER = struct.Struct(
-    ">"
-    "i"  # TOTALSIZE
-    "i"  # MAGICCODE
-    "4x"  # BODYCRC
-    "i"  # QUEUEID
-    "4x"  # FLAG
-    "q"  # QUEUEOFFSET
-    "q"  # PHYSICALOFFSET
-    "i"  # SYSFLAG
-    "8x"  # BORNTIMESTAMP
-    "8x"  # BORNHOST (IPv4)
-    "q"  # STORETIMESTAMP
-    "8x"  # STOREHOSTADDRESS (IPv4)
-    "12x"  # RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET
-    "i"  # BODYLENGTH
-)
+_HEADER = REPUT_HEADER_V1_IPV4
 _HEADER_SIZE = _HEADER.size
 assert _HEADER_SIZE == HEADER_SIZES[0]
 _LENGTH_SIZE = PROPERTIES_LENGTH.size
@@ -135,7 +118,7 @@ def scan_rows(
     tag_codes = _TAG_CODES
     while pos < stop:
         if limit - pos >= MIN_RECORD_SIZE:
-            total, magic, queue_id, queue_offset, phys_offset, sys_flag, store_timestamp, body_length = unpack(buf, pos)  # fmt: skip
+            total, magic, queue_id, queue_offset, phys_offset, sys_flag, store_timestamp, _, body_length = unpack(buf, pos)  # fmt: skip
             end = pos + total
             topic_pos = pos + _HEADER_SIZE + body_length + 1
             if (

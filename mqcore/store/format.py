@@ -98,6 +98,7 @@ from mqcore.store.record_layout import (
     NEED_UNWRAP_FLAG,
     PHYS_OFFSET_POSITION,
     PROPERTIES_LENGTH,
+    REPUT_HEADER_V1_IPV4,
     SIZE_MAGIC,
     STOREHOSTADDRESS_V6_FLAG,
     SYSFLAG_POSITION,
@@ -575,25 +576,7 @@ def _describe_failure(result: Blank | NeedMore | Corrupt) -> str:
 
 # --- decode_dispatch ---------------------------------------------------------------------------
 
-# The fields reput needs from a V1 record with IPv4 hosts; the rest is skipped with pad bytes.
-_FAST_DISPATCH_HEADER = struct.Struct(
-    ">"
-    "i"  # TOTALSIZE
-    "i"  # MAGICCODE
-    "4x"  # BODYCRC
-    "i"  # QUEUEID
-    "4x"  # FLAG
-    "q"  # QUEUEOFFSET
-    "q"  # PHYSICALOFFSET
-    "i"  # SYSFLAG
-    "8x"  # BORNTIMESTAMP
-    "8x"  # BORNHOST (IPv4)
-    "q"  # STORETIMESTAMP
-    "8x"  # STOREHOSTADDRESS (IPv4)
-    "4x"  # RECONSUMETIMES
-    "q"  # PREPARED_TRANSACTION_OFFSET
-    "i"  # BODYLENGTH
-)
+_FAST_DISPATCH_HEADER = REPUT_HEADER_V1_IPV4
 _FAST_HEADER_SIZE = _FAST_DISPATCH_HEADER.size
 assert _FAST_HEADER_SIZE == HEADER_SIZES[0]
 

@@ -215,6 +215,29 @@ HEADER_SIZES = tuple(h.size for h in ENCODE_HEADERS)  # 88, 100, 100, 112
 assert HEADER_SIZES == tuple(h.size for h in DECODE_HEADERS)
 assert HEADER_SIZES == tuple(h.size for h in DISPATCH_HEADERS)
 
+REPUT_HEADER_V1_IPV4 = struct.Struct(
+    ">"
+    "i"  # TOTALSIZE
+    "i"  # MAGICCODE
+    "4x"  # BODYCRC
+    "i"  # QUEUEID
+    "4x"  # FLAG
+    "q"  # QUEUEOFFSET
+    "q"  # PHYSICALOFFSET
+    "i"  # SYSFLAG
+    "8x"  # BORNTIMESTAMP
+    "8x"  # BORNHOST (IPv4)
+    "q"  # STORETIMESTAMP
+    "8x"  # STOREHOSTADDRESS (IPv4)
+    "4x"  # RECONSUMETIMES
+    "q"  # PREPARED_TRANSACTION_OFFSET
+    "i"  # BODYLENGTH
+)
+"""The fields reput needs from a V1 record with IPv4 hosts (the common case), the rest skipped
+with pad bytes: TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG,
+STORETIMESTAMP, PREPARED_TRANSACTION_OFFSET, BODYLENGTH."""
+assert REPUT_HEADER_V1_IPV4.size == HEADER_SIZES[0]
+
 MIN_RECORD_SIZE = HEADER_SIZES[0] + TOPIC_LENGTH_V1.size + PROPERTIES_LENGTH.size
 assert MIN_RECORD_SIZE == 91  # spec 1.2: the fixed overhead of V1 with IPv4 hosts
 FIXED_SIZES_V1 = tuple(h + TOPIC_LENGTH_V1.size + PROPERTIES_LENGTH.size for h in HEADER_SIZES)

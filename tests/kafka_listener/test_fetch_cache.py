@@ -188,7 +188,7 @@ def test_entries_put_before_the_first_of_a_run_are_checked_too(
 def test_a_burst_of_arrivals_wakes_a_waiter_once(tmp_path: Path) -> None:
     broker = _broker(tmp_path, dispatch_on_send=False)
     arrivals = Arrivals(broker.store)
-    broker.store.add_listener(arrivals.on_dispatch)
+    broker.store.add_arrivals_listener(arrivals.on_arrivals)
     try:
 
         def burst() -> None:
