@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, free_port, wait_for_port
+from tests.support.manage import manage
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking"]
@@ -46,19 +47,6 @@ class Server:
         return json.loads(raw) if raw else None
 
 
-def _manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data_dir = tmp_path_factory.mktemp("cairn-e2e")
@@ -73,13 +61,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     )
     for name in ("CAIRN_STORE_DIR", "CAIRN_REDIS_URL", "CAIRN_SERVICES", "DATABASE_URL"):
         env.pop(name, None)
-    _manage(env, "migrate", "--noinput", "-v", "0")
-    _manage(env, "createsuperuser", "--noinput", "--username", "ops", "--email", "ops@example.com")
-    admin_token = (
-        _manage(env, "createtoken", "root-bot", "--role", "admin").strip().splitlines()[-1]
-    )
+    manage(env, "migrate", "--noinput", "-v", "0")
+    manage(env, "createsuperuser", "--noinput", "--username", "ops", "--email", "ops@example.com")
+    admin_token = manage(env, "createtoken", "root-bot", "--role", "admin").strip().splitlines()[-1]
     operator_token = (
-        _manage(env, "createtoken", "bot", "--role", "operator").strip().splitlines()[-1]
+        manage(env, "createtoken", "bot", "--role", "operator").strip().splitlines()[-1]
     )
     log = (data_dir / "broker.log").open("wb")
     proc = subprocess.Popen(

@@ -6,7 +6,6 @@ same offsets, the same record bytes, and backend segments no longer than the sav
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -25,6 +24,7 @@ from mqcore.store import MessageStore, StoreConfig
 from mqcore.tiered import PosixBackend, SegmentId, SegmentType
 from mqcore.tiered.storage import TieredStorage
 from tests.conftest import REPO, free_port, wait_for_port
+from tests.support.manage import ApiClient, create_token, manage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,36 +36,9 @@ PAUSE_S = 0.05
 FILE_SIZE = 256 * 1024
 
 
-def _manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-class Api:
-    def __init__(self, base: str, token: str) -> None:
-        self.base, self.token = base, token
-
-    def call(self, method: str, path: str, body: Any = None, timeout: float = 10) -> Any:
-        request = urllib.request.Request(
-            f"{self.base}/api/v1{path}",
-            data=None if body is None else json.dumps(body).encode(),
-            method=method,
-            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read()
-        return json.loads(raw) if raw else None
-
+class Api(ApiClient):
     def tier_rows(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = self.call("GET", f"/tiered?topic={TOPIC}")["queues"]
+        rows: list[dict[str, Any]] = self.get("/tiered", topic=TOPIC)["queues"]
         return rows
 
 
@@ -128,8 +101,8 @@ def test_sigkill_mid_upload_leaves_a_complete_tier_without_duplicates(tmp_path: 
     )
     for name in ("CAIRN_STORE_DIR", "CAIRN_REDIS_URL", "CAIRN_SERVICES", "DATABASE_URL"):
         env.pop(name, None)
-    _manage(env, "migrate", "--noinput", "-v", "0")
-    token = _manage(env, "createtoken", "kill-bot", "--role", "operator").strip().splitlines()[-1]
+    manage(env, "migrate", "--noinput", "-v", "0")
+    token = create_token(env, "kill-bot", "operator")
     api = Api(f"http://127.0.0.1:{port}", token)
     log = tmp_path / "broker.log"
     rng = random.Random(3)

@@ -14,14 +14,11 @@ are gone.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, free_port, wait_for_port
+from tests.support.manage import ApiClient, create_token, manage
 
 with warnings.catch_warnings():  # kafka-python 3.0 loads its schemas with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -44,32 +42,6 @@ COUNT = 240
 #: 32 KiB CommitLog files, 64-entry ConsumeQueue files: COUNT messages fill about 8 of each.
 SMALL_FILES = {"CAIRN_COMMITLOG_FILE_SIZE": str(32 * 1024), "CAIRN_CQ_FILE_ENTRIES": "64"}
 EVERY_HOUR = ";".join(f"{h:02d}" for h in range(24))
-
-
-def _manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-class Rest:
-    def __init__(self, base: str, token: str) -> None:
-        self.base, self.token = base, token
-
-    def get(self, path: str, **params: Any) -> Any:
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        request = urllib.request.Request(
-            f"{self.base}/api/v1{path}{query}", headers={"Authorization": f"Token {self.token}"}
-        )
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return json.load(response)
 
 
 def eventually(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -125,9 +97,9 @@ def test_consumed_from_offset_zero_after_local_cleanup(tmp_path: Path) -> None:
     )
     for name in ("CAIRN_STORE_DIR", "CAIRN_REDIS_URL", "CAIRN_SERVICES", "DATABASE_URL"):
         env.pop(name, None)
-    _manage(env, "migrate", "--noinput", "-v", "0")
-    token = _manage(env, "createtoken", "tier-bot", "--role", "viewer").strip().splitlines()[-1]
-    rest = Rest(f"http://127.0.0.1:{http_port}", token)
+    manage(env, "migrate", "--noinput", "-v", "0")
+    token = create_token(env, "tier-bot", "viewer")
+    rest = ApiClient(f"http://127.0.0.1:{http_port}", token)
     bootstrap = f"127.0.0.1:{kafka_port}"
     store = tmp_path / "store"
     log = tmp_path / "broker.log"
