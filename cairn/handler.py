@@ -17,19 +17,31 @@ together in one hop, as under WSGI. Each request still gets a thread to itself f
 sync work (signals, middleware, view, ``close``), so thread-local database connections and
 long polls behave as before; the thread comes from :class:`WorkerThreads`, which keeps idle
 ones for the next request instead of starting and joining one per request.
+
+Django's ``handle`` also makes three hops of its own per request: the ``request_started``
+signal (its receivers are sync), the response, and ``response.close()`` (which sends
+``request_finished``). :meth:`OneHopASGIHandler.handle` makes them one: the signal, building
+the request, the middleware and view, and, for a response whose content is already in
+memory, its ``close()`` run in one call on the request's thread; the loop then only writes
+the bytes out. A streaming response is closed after it is sent, as Django does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from contextlib import closing
+from typing import IO, Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
-from django.http import HttpRequest, HttpResponseBase
+from django.http import FileResponse, HttpRequest, HttpResponseBase
+from django.urls import set_script_prefix
 
 #: Idle request threads kept for reuse. More may run at once (long polls each hold one for
 #: up to ``CAIRN_API["MAX_WAIT_MS"]``); the extra ones end when their request does.
@@ -117,6 +129,57 @@ class OneHopASGIHandler(ASGIHandler):
                 await self.handle(scope, receive, send)
         finally:
             self.threads.give_back(worker)
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Django's ``ASGIHandler.handle`` with one thread hop (see the module docstring);
+        a client that goes away still aborts the wait for the response, as in Django."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        with closing(body_file):
+            set_script_prefix(get_script_prefix(scope))
+            serve = sync_to_async(self._serve, thread_sensitive=True)
+
+            class RequestProcessed(Exception):
+                pass
+
+            response: HttpResponseBase | None = None
+            closed = False
+            try:
+                try:
+                    async with asyncio.TaskGroup() as tg:
+                        tg.create_task(self.listen_for_disconnect(receive))
+                        response, closed = await serve(scope, body_file)
+                        await self.send_response(response, send)
+                        raise RequestProcessed
+                except* (RequestProcessed, RequestAborted):
+                    pass
+            except BaseExceptionGroup as exception_group:
+                if len(exception_group.exceptions) == 1:
+                    raise exception_group.exceptions[0] from None
+                raise
+            if response is None:
+                await signals.request_finished.asend(sender=self.__class__)
+            elif not closed:
+                await sync_to_async(response.close, thread_sensitive=True)()
+
+    def _serve(self, scope: dict[str, Any], body_file: IO[bytes]) -> tuple[HttpResponseBase, bool]:
+        """On the request's thread: everything Django does between reading the body and
+        sending the response. Returns the response and whether it is closed already."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            response: HttpResponseBase = error_response
+        else:
+            response = self.get_response(request)
+            response._handler_class = self.__class__  # type: ignore[attr-defined]
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size
+        if response.streaming:
+            return response, False
+        response.close()  # its content is in memory: request_finished now, not after a hop
+        return response, True
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         response: HttpResponseBase = await sync_to_async(self.get_response, thread_sensitive=True)(

@@ -1,9 +1,10 @@
 """From the store's dispatch to the channel layer: ``store.appended`` events, one group per topic.
 
 The store calls its listeners for every record reput dispatches (``MessageStore.add_listener``,
-on the reput thread). :class:`TraceBridge` is such a listener: it turns a
-:class:`~mqcore.store.format.DispatchRequest` into a ``store.appended`` event and sends it to
-the topic's group, where the live-trace consumers (:mod:`webui.consumers`) pick it up.
+on the reput thread). While a live trace is open :class:`TraceBridge` is such a listener: it
+turns a :class:`~mqcore.store.format.DispatchRequest` into a ``store.appended`` event and
+sends it to the topic's group, where the live-trace consumers (:mod:`webui.consumers`) pick
+it up.
 
 In Celery mode (``CAIRN_SERVICES=celery``) the workers dispatch and the broker's *follow* loop
 calls the same store listeners as it catches up, so this bridge serves both modes. Other
@@ -28,7 +29,9 @@ an event loop on the reput thread for every message, and Channels' in-memory lay
 embedded default) must be used from the loop that serves the WebSockets. Instead the
 listener appends the event to a queue and wakes the server's loop
 (``call_soon_threadsafe``); one sender task there calls ``group_send`` in dispatch order.
-Records of topics nobody in this process traces cost one dict lookup and are not sent.
+Records of topics nobody in this process traces cost one dict lookup and are not sent, and
+while no topic is traced at all the bridge is not a store listener (reput keeps its fast
+path, which any per-record listener turns off).
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ class TraceBridge:
         self._watched: Counter[str] = Counter()
         self._pending: list[dict[str, Any]] = []
         self._wake_scheduled = False
+        self._listening = False
         #: Events sent, and events that could not be (for tests and the status page).
         self.sent = 0
         self.failed = 0
@@ -122,18 +126,17 @@ class TraceBridge:
     # -- wiring (consumers, on the event loop) ------------------------------------------------
 
     def attach(self, store: MessageStore) -> None:
-        """Listen to ``store`` (moving off a previous one) and deliver on the running loop."""
+        """Serve ``store`` (moving off a previous one) and deliver on the running loop. The
+        bridge is the store's listener only while some topic is watched (:meth:`watch`): a
+        per-record listener moves reput off its fast path, so it is not left registered
+        once the last live-trace client has gone."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._store is not store:
-                if self._store is not None:
-                    try:
-                        self._store.remove_listener(self.on_dispatch)
-                    except ValueError:
-                        pass
-                store.add_listener(self.on_dispatch)
+                self._set_listening(False)
                 self._store = store
                 self._store_host = store.config.store_host
+                self._set_listening(bool(self._watched))
             if self._loop is not loop or self._sender is None or self._sender.done():
                 self._loop = loop
                 self._queue = asyncio.Queue()
@@ -141,14 +144,30 @@ class TraceBridge:
                 self._pending.clear()
                 self._wake_scheduled = False
 
+    def _set_listening(self, on: bool) -> None:
+        """Register or remove :meth:`on_dispatch` on the current store (lock held)."""
+        if self._listening == on or self._store is None:
+            self._listening = on and self._store is not None
+            return
+        if on:
+            self._store.add_listener(self.on_dispatch)
+        else:
+            try:
+                self._store.remove_listener(self.on_dispatch)
+            except ValueError:
+                pass
+        self._listening = on
+
+    @property
+    def listening(self) -> bool:
+        """Whether the bridge is the store's listener now (tests, the status page)."""
+        with self._lock:
+            return self._listening
+
     def detach(self) -> None:
         """Stop listening (tests; the broker's own shutdown simply drops the store)."""
         with self._lock:
-            if self._store is not None:
-                try:
-                    self._store.remove_listener(self.on_dispatch)
-                except ValueError:
-                    pass
+            self._set_listening(False)
             self._store = None
             if self._sender is not None and self._loop is not None and not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self._sender.cancel)
@@ -159,11 +178,13 @@ class TraceBridge:
     def watch(self, topics: Iterable[str]) -> None:
         with self._lock:
             self._watched.update(topics)
+            self._set_listening(bool(self._watched))
 
     def unwatch(self, topics: Iterable[str]) -> None:
         with self._lock:
             self._watched.subtract(topics)
             self._watched = +self._watched  # drop zero counts
+            self._set_listening(bool(self._watched))
 
     def watched(self) -> set[str]:
         with self._lock:

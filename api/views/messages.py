@@ -9,7 +9,8 @@ another request; it costs one parked thread per waiting request, for at most
 
 A send validates its body with :mod:`api.send_input` first (the serializer only for bodies
 that are not plainly valid, so errors are the serializer's) and writes its audit row with
-one INSERT (:func:`api.audit.record_quickly`).
+one INSERT (:func:`api.audit.record_quickly`); its response is written by
+:mod:`api.send_output` (the bytes DRF's renderer would write, without a dict per message).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import ipaddress
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import audit
 from api.send_input import plain_messages
+from api.send_output import send_response_json
 from api.serializers.messages import (
     MessageDetailQuerySerializer,
     MessageDetailSerializer,
@@ -85,7 +88,7 @@ class TopicMessagesView(BrokerView):
         examples=[SEND_EXAMPLE],
         responses=responses({200: SendResponseSerializer}),
     )
-    def post(self, request: Request, topic: str) -> Response:
+    def post(self, request: Request, topic: str) -> HttpResponse:
         # The well-formed body without DRF's per-field machinery; anything else (and every
         # error) through the serializer (api.send_input).
         outgoing = plain_messages(request.data, int(settings.CAIRN_API["MAX_BATCH_MESSAGES"]))
@@ -102,7 +105,8 @@ class TopicMessagesView(BrokerView):
             topic,
             new={"count": len(results), "msg_ids": [r.msg_id for r in results[:_MAX_AUDITED_IDS]]},
         )
-        return Response({"results": [send_result(r) for r in results]})
+        # The bytes JSONRenderer would write for {"results": [send_result(r), ...]}.
+        return HttpResponse(send_response_json(results), content_type="application/json")
 
     @extend_schema(
         summary="Read messages of a topic",

@@ -10,7 +10,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction
 from django.core.signals import request_finished, request_started
 
-from cairn.handler import OneHopASGIHandler, WorkerThreads
+from cairn.handler import OneHopASGIHandler, WorkerThreads, _RequestThread
 
 
 async def get(app: Any, path: str) -> tuple[int, dict[bytes, bytes], bytes]:
@@ -91,3 +91,34 @@ def test_a_busy_thread_is_not_reused_and_idle_ones_are_capped() -> None:
         threads.give_back(worker)
     assert threads.idle_count == 2
     assert threads.take() in workers
+
+
+def test_a_request_is_one_hop_to_its_thread(broker_runtime: Any) -> None:
+    """The signal, the view and the close of an in-memory response: one call on the request's
+    thread (cairn.handler.OneHopASGIHandler.handle), not Django's three."""
+    submitted: list[str] = []
+
+    class CountingThread(_RequestThread):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            submitted.append(getattr(fn, "__name__", repr(fn)))
+            return super().submit(fn, *args, **kwargs)
+
+    threads = WorkerThreads()
+    threads.give_back(CountingThread())
+    handler = OneHopASGIHandler(threads)
+    events: list[str] = []
+
+    def finished(**kwargs: Any) -> None:
+        events.append("finished")
+
+    request_finished.connect(finished)
+    try:
+        status, _, body = asyncio.run(get(handler, "/healthz"))
+        assert status == 200 and b"ok" in body
+        status, _, _ = asyncio.run(get(handler, "/no-such-page"))
+        assert status == 404
+    finally:
+        request_finished.disconnect(finished)
+    assert len(submitted) == 2  # one per request
+    assert events == ["finished", "finished"]  # each request's close ran, in that one call
+    assert threads.idle_count == 1

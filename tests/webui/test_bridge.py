@@ -81,6 +81,32 @@ def test_unwatched_topics_cost_nothing(broker: Broker) -> None:
     assert bridge.sent == sent_before
 
 
+def test_the_bridge_is_a_store_listener_only_while_a_topic_is_watched(broker: Broker) -> None:
+    """A per-record listener takes reput off its fast path: none without a live trace."""
+    store = broker.store
+
+    def listening() -> bool:
+        return bridge.on_dispatch in store.listeners
+
+    async def scenario() -> None:
+        bridge.attach(store)
+        assert not listening() and not bridge.listening
+        bridge.watch(["Orders", "Payments"])
+        assert listening() and bridge.listening
+        bridge.watch(["Orders"])  # a second trace of the same topic
+        bridge.unwatch(["Orders", "Payments"])
+        assert listening()  # one trace still follows Orders
+        bridge.unwatch(["Orders"])
+        assert not listening() and not bridge.listening
+        bridge.watch(["Orders"])
+        bridge.attach(store)  # a second client attaching changes nothing
+        assert store.listeners.count(bridge.on_dispatch) == 1
+
+    asyncio.run(scenario())
+    bridge.detach()
+    assert not listening()
+
+
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_events_published_by_another_process_reach_the_trace(
