@@ -40,8 +40,9 @@ Machine ceiling, measured in the same run: the same workloads against librdkafka
 in-process mock broker (``test.mock.num.brokers``: the client and loopback with a C broker
 that does no storage work; it keeps only the newest ~50,000 messages per partition, so
 it consumes fewer), a one-stream loopback TCP copy in Python, the CPU's pure-Python
-speed, and Cairn's engine alone (``Broker.send`` + reput, ``Broker.pull``, in-process,
-no Kafka): the bound the Kafka front end works under. Figures are printed; nothing is
+speed, and Cairn's engine alone (``Broker.send`` + reput, ``Broker.pull``,
+``Broker.pull_records``: the store read of a fetch cache miss; in-process, no Kafka): the
+bound the Kafka front end works under. Figures are printed; nothing is
 asserted. The Cairn process's CPU time per workload is printed too: on a busy machine it
 moves less than the rates do.
 
@@ -508,9 +509,11 @@ def loopback_mb_s(total_bytes: int = 512 * 1024 * 1024) -> float:
     return total_bytes / elapsed / 1e6
 
 
-def broker_in_process(workdir: Path, count: int) -> tuple[float, float]:
+def broker_in_process(workdir: Path, count: int) -> tuple[float, float, float]:
     """Cairn's engine alone, no Kafka: ``Broker.send`` of 1,000-message batches plus the
-    reput that makes them readable, then ``Broker.pull`` of them all (messages/s each)."""
+    reput that makes them readable, then ``Broker.pull`` of them all, then
+    ``Broker.pull_records`` (raw record views: what the Kafka fetch's store path reads)
+    of them all (messages/s each)."""
     from mqcore.broker.broker import Broker
     from mqcore.broker.types import OutgoingMessage
 
@@ -527,7 +530,12 @@ def broker_in_process(workdir: Path, count: int) -> tuple[float, float]:
         offset = 0
         while offset < count // 1000 * 1000:
             offset = broker.pull(None, "engine", 0, offset, 1024).next_offset
-        return send_rate, offset / (time.perf_counter() - started)
+        pull_rate = offset / (time.perf_counter() - started)
+        started = time.perf_counter()
+        offset = 0
+        while offset < count // 1000 * 1000:
+            offset = broker.pull_records("engine", 0, offset, 1024, 4 << 20)[1].next_offset
+        return send_rate, pull_rate, offset / (time.perf_counter() - started)
     finally:
         broker.close()
 
@@ -638,10 +646,10 @@ def run(args: argparse.Namespace) -> None:
         del holder
         print(f"ceiling: loopback TCP, one Python stream: {loopback_mb_s():,.0f} MB/s")
         print(f"ceiling: pure-Python loop: {python_ops_s() / 1e6:,.1f} M additions/s")
-        sent, pulled = broker_in_process(workdir, args.messages)
+        sent, pulled, viewed = broker_in_process(workdir, args.messages)
         print(
             f"ceiling: Cairn's engine in-process, no Kafka: Broker.send + reput {sent:,.0f}"
-            f" msg/s, Broker.pull {pulled:,.0f} msg/s"
+            f" msg/s, Broker.pull {pulled:,.0f} msg/s, Broker.pull_records {viewed:,.0f} msg/s"
         )
 
     for name, step in (

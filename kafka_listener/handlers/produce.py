@@ -23,6 +23,7 @@ than -1, 0, 1 → INVALID_REQUIRED_ACKS (21) everywhere.
 from __future__ import annotations
 
 import asyncio
+from operator import itemgetter
 from typing import Any
 
 from mqcore.broker.broker import Broker
@@ -37,6 +38,7 @@ from ..records import ATTR_COMPRESSION_MASK, decode_batch, patch_base_offset
 from .context import Call, KafkaContext, Later
 from .topics import kafka_topic
 
+_OFFSET_DELTA = itemgetter(0)  # Record.offset_delta
 _VISIBLE_AT = "_visible_at"  # private key: where a stored batch ends, popped before replying
 MAX_VISIBILITY_WAIT_MS = 5_000
 # Dispatches are heard in this process (arrivals.py); the re-check only matters when
@@ -83,13 +85,15 @@ def _store_partition(
         header = batch.header
         if header.is_transactional or header.is_control:
             raise _Refused(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        count = len(batch.records)
+        decoded = batch.records
+        count = len(decoded)
         if count == 0 or header.last_offset_delta != count - 1:
             raise _Refused(ErrorCode.INVALID_RECORD)
-        for expected, record in enumerate(batch.records):
-            if record.offset_delta != expected:
-                raise _Refused(ErrorCode.INVALID_RECORD)
-        messages = [mapping.record_to_message(r, partition) for r in batch.records]
+        # Offset deltas 0, 1, ..., n-1: one list comparison, not a Python loop.
+        if list(map(_OFFSET_DELTA, decoded)) != list(range(count)):
+            raise _Refused(ErrorCode.INVALID_RECORD)
+        to_message = mapping.record_to_message
+        messages = [to_message(r, partition) for r in decoded]
         if header.producer_id >= 0:
             key = (header.producer_id, topic, partition)
             with producers.lock(header.producer_id):

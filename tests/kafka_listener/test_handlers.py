@@ -160,8 +160,13 @@ def test_acks_zero_has_no_response_but_stores(ctx: KafkaContext, broker: Broker)
         ("t", 0, BATCH[:-5] + bytes([BATCH[-5] ^ 1]) + BATCH[-4:], 1, ErrorCode.CORRUPT_MESSAGE),
         ("t", 0, BATCH + BATCH, 1, ErrorCode.INVALID_RECORD),
         ("t", 0, None, 1, ErrorCode.INVALID_RECORD),
+        # offset deltas must be 0, 1, ..., n-1 (last_offset_delta agrees in both)
+        ("t", 0, encode_batch([(0, 1, None, b"a", ()), (2, 1, None, b"b", ())],
+                              last_offset_delta=1), 1, ErrorCode.INVALID_RECORD),
+        ("t", 0, encode_batch([(1, 1, None, b"a", ()), (0, 1, None, b"b", ())]), 1,
+         ErrorCode.INVALID_RECORD),
     ],
-)
+)  # fmt: skip
 def test_produce_errors_store_nothing(ctx, broker, topic, partition, records, acks, code) -> None:
     reply = produced(call(ctx, ApiKey.PRODUCE, produce_request(topic, partition, records, acks)))
     assert reply["error_code"] == code and reply["base_offset"] == -1

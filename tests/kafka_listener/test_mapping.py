@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_listener import mapping
 from kafka_listener.records import Record
+from mqcore.broker.types import OutgoingMessage
 from mqcore.message import MessageExt
 from mqcore.store.msgid import HostAddress
 from mqcore.store.properties import is_system_property
@@ -118,3 +120,23 @@ def test_messages_from_elsewhere_become_records() -> None:
         properties={"UNIQ_KEY": "X", "KEYS": "a b", "TAGS": "t", "color": "red"},
     )
     assert mapping.message_to_record(msg, 7) == (0, 9, b"a b", b"body", (("color", b"red"),))
+
+
+def test_produced_messages_are_ordinary_outgoing_messages() -> None:
+    """record_to_message builds OutgoingMessage without its __init__: the result must be
+    indistinguishable from one built the usual way (equal, frozen, hashable fields)."""
+    built = mapping.record_to_message(Record(0, 1_700_000_000_000, b"k", b"v"), 3)
+    expected = OutgoingMessage(b"v", keys="k", queue_id=3, born_timestamp=1_700_000_000_000)
+    assert type(built) is OutgoingMessage
+    assert built == expected
+    assert dataclasses.asdict(built) == dataclasses.asdict(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.body = b"x"  # type: ignore[misc]
+    tombstone = mapping.record_to_message(Record(0, 5, None, None), 0)
+    assert tombstone == OutgoingMessage(
+        mapping.EMPTY_BODY,
+        keys="",
+        properties={"__kafka.value": "null"},
+        queue_id=0,
+        born_timestamp=5,
+    )
