@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port, wait_for_port
+from tests.conftest import free_port, wait_for_port
+from tests.support.manage import broker_env, start_runbroker
 
 pytestmark = pytest.mark.slow
 
 
 def start_broker(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    env = dict(
-        os.environ, CAIRN_DATA_DIR=str(data_dir), CAIRN_HTTP_PORT=str(port), PYTHONUNBUFFERED="1"
-    )
-    env.pop("CAIRN_STORE_DIR", None)
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "runbroker"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    return start_runbroker(broker_env(data_dir, port))
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> tuple[int, str]:

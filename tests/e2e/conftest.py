@@ -4,10 +4,8 @@ by Playwright through Debian's chromium (never a downloaded browser)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +15,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, free_port, wait_for_port
-from tests.support.manage import manage
+from tests.support.manage import (
+    SHARED_SETTINGS,
+    broker_env,
+    create_token,
+    manage,
+    start_runbroker,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking"]
@@ -51,26 +55,13 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data_dir = tmp_path_factory.mktemp("cairn-e2e")
     port = free_port()
-    env = dict(
-        os.environ,
-        CAIRN_DATA_DIR=str(data_dir),
-        CAIRN_HTTP_PORT=str(port),
-        CAIRN_KAFKA_PORT="0",
-        PYTHONUNBUFFERED="1",
-        DJANGO_SUPERUSER_PASSWORD=PASSWORD,
-    )
-    for name in ("CAIRN_STORE_DIR", "CAIRN_REDIS_URL", "CAIRN_SERVICES", "DATABASE_URL"):
-        env.pop(name, None)
+    env = broker_env(data_dir, port, 0, drop=SHARED_SETTINGS, DJANGO_SUPERUSER_PASSWORD=PASSWORD)
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "createsuperuser", "--noinput", "--username", "ops", "--email", "ops@example.com")
-    admin_token = manage(env, "createtoken", "root-bot", "--role", "admin").strip().splitlines()[-1]
-    operator_token = (
-        manage(env, "createtoken", "bot", "--role", "operator").strip().splitlines()[-1]
-    )
+    admin_token = create_token(env, "root-bot", "admin")
+    operator_token = create_token(env, "bot", "operator")
     log = (data_dir / "broker.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runbroker"], cwd=REPO, env=env, stdout=log, stderr=log
-    )
+    proc = start_runbroker(env, log)
     try:
         wait_for_port(port, 60, proc)
         yield Server(f"http://127.0.0.1:{port}", admin_token, operator_token, data_dir)

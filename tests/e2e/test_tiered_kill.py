@@ -6,11 +6,9 @@ same offsets, the same record bytes, and backend segments no longer than the sav
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -23,8 +21,15 @@ import pytest
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.tiered import PosixBackend, SegmentId, SegmentType
 from mqcore.tiered.storage import TieredStorage
-from tests.conftest import REPO, free_port, wait_for_port
-from tests.support.manage import ApiClient, create_token, manage
+from tests.conftest import free_port, wait_for_port
+from tests.support.manage import (
+    SHARED_SETTINGS,
+    ApiClient,
+    broker_env,
+    create_token,
+    manage,
+    start_runbroker,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -73,9 +78,7 @@ class Producer(threading.Thread):
 
 def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runbroker"], cwd=REPO, env=env, stdout=out, stderr=out
-        )
+        proc = start_runbroker(env, out)
     wait_for_port(int(env["CAIRN_HTTP_PORT"]), 60, proc)
     return proc
 
@@ -86,21 +89,18 @@ def committed(api: Api) -> int:
 
 def test_sigkill_mid_upload_leaves_a_complete_tier_without_duplicates(tmp_path: Path) -> None:
     port = free_port()
-    env = dict(
-        os.environ,
-        CAIRN_DATA_DIR=str(tmp_path),
-        CAIRN_HTTP_PORT=str(port),
-        CAIRN_KAFKA_PORT="0",
+    env = broker_env(
+        tmp_path,
+        port,
+        0,
+        drop=SHARED_SETTINGS,
         CAIRN_TIERED_BACKEND="posix",
         # Small groups (a timeout of 0 would upload every message on its own: too slow).
         CAIRN_TIERED_GROUP_COMMIT_COUNT="32",
         CAIRN_TIERED_GROUP_COMMIT_BYTES=str(16 * 1024),
         CAIRN_TIERED_GROUP_COMMIT_TIMEOUT_MS="300",
         CAIRN_COMMITLOG_FILE_SIZE=str(FILE_SIZE),
-        PYTHONUNBUFFERED="1",
     )
-    for name in ("CAIRN_STORE_DIR", "CAIRN_REDIS_URL", "CAIRN_SERVICES", "DATABASE_URL"):
-        env.pop(name, None)
     manage(env, "migrate", "--noinput", "-v", "0")
     token = create_token(env, "kill-bot", "operator")
     api = Api(f"http://127.0.0.1:{port}", token)

@@ -3,14 +3,54 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+#: Settings a developer's shell may carry that would point a test broker at shared state
+#: (another store, a shared Redis or database, Celery workers).
+SHARED_SETTINGS = ("CAIRN_STORE_DIR", "CAIRN_REDIS_URL", "CAIRN_SERVICES", "DATABASE_URL")
+
+
+def broker_env(
+    data_dir: Path,
+    http_port: int,
+    kafka_port: int | None = None,
+    *,
+    drop: Sequence[str] = ("CAIRN_STORE_DIR",),
+    **settings: str,
+) -> dict[str, str]:
+    """The environment of a test broker keeping its files in ``data_dir``: this process's,
+    with ``drop`` removed and ``settings`` added (``kafka_port`` None: the default)."""
+    ports = {"CAIRN_HTTP_PORT": str(http_port)}
+    if kafka_port is not None:
+        ports["CAIRN_KAFKA_PORT"] = str(kafka_port)
+    env = dict(os.environ, CAIRN_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", **ports)
+    env.update(settings)
+    for name in drop:
+        env.pop(name, None)
+    return env
+
+
+def start_runbroker(
+    env: dict[str, str], output: int | IO[Any] = subprocess.PIPE
+) -> subprocess.Popen[bytes]:
+    """``manage.py runbroker`` in ``env``, stdout and stderr both to ``output``."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "runbroker"],
+        cwd=REPO,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def manage(env: dict[str, str], *args: str) -> str:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -19,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, free_port, wait_for_port
+from tests.conftest import free_port, wait_for_port
+from tests.support.manage import broker_env, start_runbroker
 
 with warnings.catch_warnings():  # kafka-python 3.0 loads its schemas with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -51,21 +50,7 @@ class Rest:
 
 def test_kafka_and_rest_share_the_store(tmp_path: Path) -> None:
     http_port, kafka_port = free_port(), free_port()
-    env = dict(
-        os.environ,
-        CAIRN_DATA_DIR=str(tmp_path),
-        CAIRN_HTTP_PORT=str(http_port),
-        CAIRN_KAFKA_PORT=str(kafka_port),
-        PYTHONUNBUFFERED="1",
-    )
-    env.pop("CAIRN_STORE_DIR", None)
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runbroker"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    proc = start_runbroker(broker_env(tmp_path, http_port, kafka_port))
     bootstrap = f"127.0.0.1:{kafka_port}"
     early = ""
     try:
@@ -142,21 +127,7 @@ def test_busy_kafka_port_is_reported_and_http_keeps_serving(tmp_path: Path) -> N
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         kafka_port = taken.getsockname()[1]
-        env = dict(
-            os.environ,
-            CAIRN_DATA_DIR=str(tmp_path),
-            CAIRN_HTTP_PORT=str(http_port),
-            CAIRN_KAFKA_PORT=str(kafka_port),
-            PYTHONUNBUFFERED="1",
-        )
-        env.pop("CAIRN_STORE_DIR", None)
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runbroker"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+        proc = start_runbroker(broker_env(tmp_path, http_port, kafka_port))
         try:
             wait_for_port(http_port, 60, proc)
             with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz", timeout=10) as r:
@@ -177,23 +148,14 @@ def test_advertised_address_comes_from_the_environment(tmp_path: Path) -> None:
     from kafka_listener.schemas import ApiKey
 
     http_port, kafka_port = free_port(), free_port()
-    env = dict(
-        os.environ,
-        CAIRN_DATA_DIR=str(tmp_path),
-        CAIRN_HTTP_PORT=str(http_port),
-        CAIRN_KAFKA_PORT=str(kafka_port),
+    env = broker_env(
+        tmp_path,
+        http_port,
+        kafka_port,
         CAIRN_KAFKA_ADVERTISED_HOST="kafka.example.test",
         CAIRN_KAFKA_ADVERTISED_PORT="19092",
-        PYTHONUNBUFFERED="1",
     )
-    env.pop("CAIRN_STORE_DIR", None)
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runbroker"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    proc = start_runbroker(env)
 
     def ask(sock: socket.socket, key: int, version: int, body: dict[str, Any]) -> Any:
         sock.sendall(encode_request_frame(key, version, 7, body))

@@ -14,10 +14,8 @@ are gone.
 from __future__ import annotations
 
 import base64
-import os
 import signal
 import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -27,8 +25,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, free_port, wait_for_port
-from tests.support.manage import ApiClient, create_token, manage
+from tests.conftest import free_port, wait_for_port
+from tests.support.manage import (
+    SHARED_SETTINGS,
+    ApiClient,
+    broker_env,
+    create_token,
+    manage,
+    start_runbroker,
+)
 
 with warnings.catch_warnings():  # kafka-python 3.0 loads its schemas with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -57,9 +62,7 @@ def eventually(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
 def running(env: dict[str, str], log: Path) -> Iterator[None]:
     """``manage.py runbroker`` until the block ends (SIGTERM, clean exit expected)."""
     with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runbroker"], cwd=REPO, env=env, stdout=out, stderr=out
-        )
+        proc = start_runbroker(env, out)
         try:
             wait_for_port(int(env["CAIRN_HTTP_PORT"]), 60, proc)
             if env["CAIRN_KAFKA_PORT"] != "0":
@@ -83,20 +86,17 @@ def produced(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
 
 def test_consumed_from_offset_zero_after_local_cleanup(tmp_path: Path) -> None:
     http_port, kafka_port = free_port(), free_port()
-    env = dict(
-        os.environ,
-        CAIRN_DATA_DIR=str(tmp_path),
-        CAIRN_HTTP_PORT=str(http_port),
-        CAIRN_KAFKA_PORT=str(kafka_port),
+    env = broker_env(
+        tmp_path,
+        http_port,
+        kafka_port,
+        drop=SHARED_SETTINGS,
         CAIRN_TIERED_BACKEND="posix",
         CAIRN_TIERED_GROUP_COMMIT_COUNT="32",
         CAIRN_TIERED_GROUP_COMMIT_TIMEOUT_MS="0",
         CAIRN_DELETE_WHEN="99",  # phase 1: no scheduled deletion
-        PYTHONUNBUFFERED="1",
         **SMALL_FILES,
     )
-    for name in ("CAIRN_STORE_DIR", "CAIRN_REDIS_URL", "CAIRN_SERVICES", "DATABASE_URL"):
-        env.pop(name, None)
     manage(env, "migrate", "--noinput", "-v", "0")
     token = create_token(env, "tier-bot", "viewer")
     rest = ApiClient(f"http://127.0.0.1:{http_port}", token)
