@@ -2,7 +2,7 @@
 
 The broker registers :meth:`ArrivalNotifier.on_arrivals` as the store's arrivals listener
 once (``mqcore.store.arrivals``: one call per dispatch batch naming the queues that grew, so
-reput keeps its fast path; :meth:`ArrivalNotifier.on_dispatch` is the per-record form for
+reput keeps its fast path; :meth:`ArrivalNotifier.notify` wakes one queue's waiters for
 other sources). Waiters register under the ``(topic, queue_id)`` keys they care about (one
 for a pull, several for a Kafka fetch); when reput dispatches a record for one of those
 keys, the notifier fires them:
@@ -28,8 +28,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-
-from mqcore.store.format import DispatchRequest
 
 QueueKey = tuple[str, int]
 
@@ -63,10 +61,6 @@ class ArrivalNotifier:
         self._closed = False
 
     # -- notifications ------------------------------------------------------------------------
-
-    def on_dispatch(self, request: DispatchRequest) -> None:
-        """Store listener: wake whoever waits on the record's queue. Never raises."""
-        self.notify(request.topic, request.queue_id)
 
     def on_arrivals(self, arrivals: Mapping[QueueKey, int]) -> None:
         """Store arrivals listener: wake, once, whoever waits on a queue that grew in the
