@@ -15,6 +15,7 @@ Modules, bottom up (each depends only on those above it):
 ``records``        record batch v2: split, CRC-32C, decode, encode
 ``connection``     :class:`KafkaServerConnection`: events in, ordered responses out
 ``mapping``        Kafka names and records ↔ store topics, groups and messages
+``plain_records``  produce's fast path: plain records straight into store messages
 ``group_state``    group states, members and groups (the coordinator's data)
 ``coordinator``    :class:`GroupCoordinator`: the classic consumer-group state machine
 ``idempotence``    producer ids and per-partition sequence state

@@ -252,6 +252,17 @@ def verify_crc(raw: RawBatch) -> None:
         )
 
 
+def records_section(raw: RawBatch) -> bytes:
+    """A batch's records section, decompressed (the CRC is not checked here).
+
+    Raises:
+        RemoteProtocolError: see :func:`compression.decompress`.
+    """
+    payload = raw.data[HEADER_SIZE:]
+    codec = raw.header.compression
+    return decompress(codec, payload) if codec else payload
+
+
 def decode_records(raw: RawBatch) -> list[Record]:
     """Decompress and parse a batch's records (the CRC is not checked here).
 
@@ -260,10 +271,7 @@ def decode_records(raw: RawBatch) -> list[Record]:
             differs from ``records_count``; see :func:`compression.decompress`.
     """
     h = raw.header
-    payload = raw.data[HEADER_SIZE:]
-    if h.compression:
-        payload = decompress(h.compression, payload)
-    return decode_records_section(payload, h.records_count, h.base_timestamp)
+    return decode_records_section(records_section(raw), h.records_count, h.base_timestamp)
 
 
 def decode_batches(

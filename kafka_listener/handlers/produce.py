@@ -2,12 +2,19 @@
 
 A partition's ``records`` must hold exactly one v2 batch with a valid CRC-32C. Its records
 are decompressed (gzip, snappy framed or raw, lz4, zstd), checked (offset deltas
-0, 1, …, n-1), turned into messages (``mapping.record_to_message``) and stored with one
-:meth:`Broker.send`, which appends them contiguously: the batch's base offset is the
-first message's queue offset. The batch as produced, base offset rewritten, goes into
-the listener's fetch cache (``batch_cache.py``). The whole request runs in one worker
-thread. The answer waits until reput has dispatched the records (so a consumer asked
-after it sees them), parked in :class:`~kafka_listener.arrivals.Arrivals`.
+0, 1, …, n-1) and stored with one put, contiguously: the batch's base offset is the
+first message's queue offset. Two ways, same stored messages and same answers:
+
+* **plain batches** (no headers, non-empty values, null or text keys: nearly all):
+  ``plain_records.plain_messages`` decodes the records straight into store messages
+  and :meth:`Broker.send_plain` stores them, with no per-record objects in between;
+* **everything else** (and every malformed batch, whose error the general decoder
+  names): ``Record`` tuples, ``mapping.record_to_message`` and :meth:`Broker.send`.
+
+The batch as produced, base offset rewritten, goes into the listener's fetch cache
+(``batch_cache.py``). The whole request runs in one worker thread. The answer waits
+until reput has dispatched the records (so a consumer asked after it sees them), parked
+in :class:`~kafka_listener.arrivals.Arrivals`.
 
 Per-partition errors: INVALID_TOPIC_EXCEPTION (17) for names Cairn cannot hold;
 UNKNOWN_TOPIC_OR_PARTITION (3) for unknown topics (no auto-creation on Produce; clients
@@ -27,14 +34,26 @@ from operator import itemgetter
 from typing import Any
 
 from mqcore.broker.broker import Broker
+from mqcore.broker.types import SendResult
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
+from mqcore.message import Message
 
 from .. import mapping
 from ..arrivals import QueueRef
 from ..batch_cache import BatchCache, CachedBatch
 from ..errors import ErrorCode, error_code_for
 from ..idempotence import ProducerStates
-from ..records import ATTR_COMPRESSION_MASK, decode_batch, patch_base_offset
+from ..plain_records import plain_messages
+from ..record_codec import Record, decode_records_section
+from ..records import (
+    ATTR_COMPRESSION_MASK,
+    BatchHeader,
+    decode_batch,
+    patch_base_offset,
+    records_section,
+    split_batches,
+    verify_crc,
+)
 from .context import Call, KafkaContext, Later
 from .topics import kafka_topic
 
@@ -66,6 +85,32 @@ def _partition_reply(code: int, base_offset: int = -1, log_start: int = -1) -> d
     }
 
 
+def _decode(
+    records: bytes, topic: str, partition: int, call: Call
+) -> tuple[BatchHeader, list[Message] | None, list[Record]]:
+    """The batch's header and either its plain messages (``plain_records.py``, the fast
+    path) or its records (general path: headers, tombstones, binary keys, and every
+    malformed batch, whose error this raises as ``decode_batch`` does)."""
+    raws = split_batches(records)
+    if len(raws) != 1 or partition < 0:  # decode_batch says what is wrong with them
+        batch = decode_batch(records)
+        return batch.header, None, batch.records
+    raw = raws[0]
+    verify_crc(raw)
+    header = raw.header
+    section = records_section(raw)
+    messages = plain_messages(
+        section, header.records_count, header.base_timestamp, topic, call.peer
+    )
+    if messages is not None:
+        return header, messages, []
+    return (
+        header,
+        None,
+        decode_records_section(section, header.records_count, header.base_timestamp),
+    )
+
+
 def _store_partition(
     broker: Broker,
     producers: ProducerStates,
@@ -81,19 +126,20 @@ def _store_partition(
     if len(records) > broker.config.max_batch_bytes:  # checked before any decompression
         return _partition_reply(ErrorCode.MESSAGE_TOO_LARGE)
     try:
-        batch = decode_batch(records)
-        header = batch.header
+        header, plain, decoded = _decode(records, topic, partition, call)
         if header.is_transactional or header.is_control:
             raise _Refused(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        decoded = batch.records
-        count = len(decoded)
-        if count == 0 or header.last_offset_delta != count - 1:
-            raise _Refused(ErrorCode.INVALID_RECORD)
-        # Offset deltas 0, 1, ..., n-1: one list comparison, not a Python loop.
-        if list(map(_OFFSET_DELTA, decoded)) != list(range(count)):
-            raise _Refused(ErrorCode.INVALID_RECORD)
-        to_message = mapping.record_to_message
-        messages = [to_message(r, partition) for r in decoded]
+        if plain is not None:  # offset deltas 0, 1, ..., n-1 checked while decoding
+            count = len(plain)
+            if header.last_offset_delta != count - 1:
+                raise _Refused(ErrorCode.INVALID_RECORD)
+        else:
+            count = len(decoded)
+            if count == 0 or header.last_offset_delta != count - 1:
+                raise _Refused(ErrorCode.INVALID_RECORD)
+            # Offset deltas 0, 1, ..., n-1: one list comparison, not a Python loop.
+            if list(map(_OFFSET_DELTA, decoded)) != list(range(count)):
+                raise _Refused(ErrorCode.INVALID_RECORD)
         if header.producer_id >= 0:
             key = (header.producer_id, topic, partition)
             with producers.lock(header.producer_id):
@@ -104,11 +150,11 @@ def _store_partition(
                     raise _Refused(code)
                 if duplicate_at is not None:
                     return _partition_reply(ErrorCode.NONE, duplicate_at, -1)
-                first = broker.send(topic, messages, born_host=call.peer)[0]
+                first = _send(broker, topic, partition, plain, decoded, call)
                 base = first.queue_offset
                 producers.record(key, header.producer_epoch, header.base_sequence, count, base)
         else:
-            first = broker.send(topic, messages, born_host=call.peer)[0]
+            first = _send(broker, topic, partition, plain, decoded, call)
             base = first.queue_offset
         if cache.max_bytes > 0 and not header.attributes & ~ATTR_COMPRESSION_MASK:
             batch_bytes = patch_base_offset(records, base, 0)
@@ -121,6 +167,22 @@ def _store_partition(
         return _partition_reply(refused.code)
     except MQError as exc:
         return _partition_reply(error_code_for(exc, _SEND_ERRORS))
+
+
+def _send(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    plain: list[Message] | None,
+    decoded: list[Record],
+    call: Call,
+) -> SendResult:
+    """Store the batch (one put); the first message's SendResult."""
+    if plain is not None:
+        return broker.send_plain(topic, partition, plain)
+    to_message = mapping.record_to_message
+    messages = [to_message(r, partition) for r in decoded]
+    return broker.send(topic, messages, born_host=call.peer)[0]
 
 
 def _store_all(ctx: KafkaContext, call: Call, error: ErrorCode | None) -> list[dict[str, Any]]:

@@ -46,8 +46,10 @@ from mqcore.broker.sending import (
     Placed,
     QueueSelector,
     place_messages,
+    place_plain_batch,
     resolve_topic,
     store_placed,
+    store_plain_batch,
 )
 from mqcore.broker.stats import RateCounter
 from mqcore.broker.tags import TagFilter, parse_tag_expression
@@ -63,7 +65,7 @@ from mqcore.broker.types import (
 )
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import ValidationError
-from mqcore.message import MessageExt
+from mqcore.message import Message, MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC
 from mqcore.store.config import StoreConfig
@@ -298,6 +300,38 @@ class Broker(BrokerAdmin):
             max_delay_level=self.max_delay_level,
         )
         return self.deliver_internal(placed)
+
+    def send_plain(self, topic: str, queue_id: int, messages: Sequence[Message]) -> SendResult:
+        """Store a batch of plain messages (no properties, no delay level; ``topic`` and
+        ``born_host`` set) in queue ``queue_id`` with one put: :meth:`send`'s checks and
+        errors, without its per-message conversions (the Kafka listener's produce path).
+
+        Returns:
+            The first message's SendResult; the others took the next queue offsets.
+
+        Raises:
+            As :meth:`send`; ValueError for a message that is not plain.
+        """
+        self._check_accepting()
+        config = resolve_topic(
+            self.metadata,
+            topic,
+            auto_create=self.config.auto_create_topics,
+            default_queue_nums=self.config.default_topic_queue_nums,
+        )
+        place_plain_batch(
+            config,
+            queue_id,
+            messages,
+            uniq=self._uniq,
+            max_message_size=self.store.config.max_message_size,
+            max_batch_bytes=self.config.max_batch_bytes,
+        )
+        result = store_plain_batch(self.store, messages, queue_id, self._broker_name)
+        self._puts.add(len(messages))
+        if self.config.dispatch_on_send:
+            self.store.dispatch_until_caught_up()
+        return result
 
     def deliver_internal(self, placed: Sequence[Placed]) -> list[SendResult]:
         """Store already-validated messages (the broker's own services: delay delivery,

@@ -32,7 +32,11 @@ Queue choice: explicit ``queue_id``; else ``abs(hashCode(sharding_key)) % writeQ
 A send is stored with one put per queue (:func:`store_placed`). Messages without user
 properties and without a delay level carry no properties dict and get their ``UNIQ_KEY``
 from the store, which then encodes them in its plain-batch loop; their properties are still
-checked here, so the whole send fails or none of it.
+checked here, so the whole send fails or none of it. A front end that builds such plain
+messages itself (the Kafka listener's produce) sends one queue's batch through
+:func:`place_plain_batch` and :func:`store_plain_batch` (``Broker.send_plain``): the same
+rules and errors, without the ``OutgoingMessage`` → ``Message`` → ``Placed`` →
+``SendResult`` objects per message.
 
 Delay hook (spec 9, ``HookUtils.handleScheduleMessage``): a message with delay level > 0 is
 stored in ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC``/``REAL_QID`` holding
@@ -241,10 +245,12 @@ def place_messages(
     only formatted for an error: this loop runs for every message of a batch."""
     batch = len(messages) > 1
     round_robin = 0  # messages whose queue is the topic's next round-robin position
+    queue_limit = max(config.write_queue_nums, config.read_queue_nums)
     for i, out in enumerate(messages):
         queue_id = out.queue_id
         if queue_id is not None and queue_id >= 0:
-            check_queue_id(config, queue_id, _field("queue_id", i, batch))
+            if queue_id >= queue_limit:  # the field name is only formatted for the error
+                check_queue_id(config, queue_id, _field("queue_id", i, batch))
         elif not out.sharding_key:
             round_robin += 1
     check_writable(config)
@@ -294,6 +300,87 @@ def place_messages(
             f"messages: a send may carry at most {max_batch_bytes} body bytes (got {total})",
         )
     return placed
+
+
+# Keys this short, ASCII and without separators, and no tags, cannot make the properties of
+# a plain message overflow MAX_PROPERTIES_BYTES (``KEYS``, ``UNIQ_KEY`` and separators add
+# under 100 bytes): the exact encoding is only measured for the others.
+_SAFE_KEYS_CHARS = 8000
+
+
+def place_plain_batch(
+    config: TopicConfig,
+    queue_id: int,
+    messages: Sequence[Message],
+    *,
+    uniq: UniqKeyGenerator,
+    max_message_size: int,
+    max_batch_bytes: int,
+) -> None:
+    """Validate a batch of plain messages for one queue: :func:`place_messages`'s rules, in
+    its order and with its errors, for what a front end that builds store messages itself
+    sends (the Kafka listener's produce of records without headers: one queue per batch).
+
+    Plain means: ``topic`` is the topic's name, no properties, no delay level (the store
+    gives them ``UNIQ_KEY`` and encodes them in its plain-batch loop). Nothing is copied:
+    the messages go to :func:`store_plain_batch` as they are. No ``Placed`` and no
+    ``OutgoingMessage`` per message: on a Kafka batch of thousands of records those
+    conversions cost more than the store's own encoding.
+
+    Raises:
+        ValidationError / MessageIllegalError / NoPermissionError: as ``place_messages``.
+        ValueError: a message is not plain (a caller's bug, nothing is stored).
+    """
+    batch = len(messages) > 1
+    check_queue_id(config, queue_id, _field("queue_id", 0, batch))
+    check_writable(config)
+    if not messages:
+        raise ValidationError("messages", "empty", "messages: send at least one message")
+    topic = config.topic_name
+    id_placeholder = ""
+    total = 0
+    for i, m in enumerate(messages):
+        if m.topic != topic or m.properties or m.delay_level:
+            raise ValueError(f"messages[{i}] is not a plain message for topic {topic!r}")
+        body = m.body
+        if body is None or not 0 < len(body) <= max_message_size:
+            try:
+                validate_body(body, max_message_size)
+            except ValidationError as exc:
+                raise _renamed(exc, _field("body", i, batch)) from None
+        total += len(body)
+        if not _surely_fits(m.tags, m.keys):
+            if not id_placeholder:  # as long as the store's ids (see place_messages)
+                id_placeholder = "0" * len(uniq.next_id())
+            try:
+                validate_properties_size(
+                    encode_message_properties(m.tags, m.keys_value(), 0, id_placeholder)
+                )
+            except ValidationError as exc:
+                raise _renamed(exc, _field("properties", i, batch)) from None
+    if total > max_batch_bytes:
+        raise MessageIllegalError(
+            "messages",
+            "max_batch_bytes",
+            f"messages: a send may carry at most {max_batch_bytes} body bytes (got {total})",
+        )
+
+
+def store_plain_batch(
+    store: MessageStore, messages: Sequence[Message], queue_id: int, broker_name: str
+) -> SendResult:
+    """Put a batch checked by :func:`place_plain_batch` with one put (consecutive offsets
+    from the first message's). Raises on a refused put as :func:`store_placed` does.
+
+    Returns:
+        The first message's SendResult: the others follow it, one queue offset each.
+    """
+    puts = store.put_messages(messages, queue_id)
+    result = _send_result(_placed(messages[0], queue_id), puts[0], broker_name)
+    for message, put in zip(messages, puts, strict=True):  # one put's statuses agree: check
+        if put.status is not PutStatus.PUT_OK and put.status is not PutStatus.FLUSH_DISK_TIMEOUT:
+            _send_result(_placed(message, queue_id), put, broker_name)  # raises
+    return result
 
 
 def _to_message(
@@ -364,13 +451,28 @@ def _plain_message(
     message.reconsume_times = 0
     message.sys_flag = 0
     message.delay_level = 0
-    try:
-        validate_properties_size(
-            encode_message_properties(message.tags, message.keys_value(), 0, id_placeholder)
-        )
-    except ValidationError as exc:
-        raise _renamed(exc, _field("properties", index, batch)) from None
+    if not _surely_fits(message.tags, message.keys):
+        try:
+            validate_properties_size(
+                encode_message_properties(message.tags, message.keys_value(), 0, id_placeholder)
+            )
+        except ValidationError as exc:
+            raise _renamed(exc, _field("properties", index, batch)) from None
     return message
+
+
+def _surely_fits(tags: str | None, keys: Sequence[str] | str) -> bool:
+    """Whether the properties of a plain message with these tags and keys surely encode
+    within MAX_PROPERTIES_BYTES (see ``_SAFE_KEYS_CHARS``), so measuring them can be
+    skipped: no tags, and keys absent or short ASCII text without separators."""
+    if tags or not isinstance(keys, str):
+        return False
+    return not keys or (
+        len(keys) <= _SAFE_KEYS_CHARS
+        and keys.isascii()
+        and "\x01" not in keys
+        and "\x02" not in keys
+    )
 
 
 def to_schedule(message: Message, queue_id: int, max_delay_level: int) -> Placed:

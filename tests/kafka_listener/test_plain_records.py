@@ -1,0 +1,260 @@
+"""plain_records: the produce fast path gives exactly the general path's messages, and
+declines (None) whatever the general path would refuse or give properties to."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafka_listener.errors import ErrorCode
+from kafka_listener.handlers import (
+    Call,
+    KafkaContext,
+    Later,
+    ListenerConfig,
+    dispatch,
+    supported_versions,
+)
+from kafka_listener.mapping import record_to_message
+from kafka_listener.plain_records import plain_messages
+from kafka_listener.record_codec import RecordLike, decode_records_section, encode_records
+from kafka_listener.records import decode_batches, encode_batch
+from kafka_listener.schemas import ApiKey
+from mqcore.broker.broker import Broker
+from mqcore.broker.config import BrokerConfig
+from mqcore.clock import SystemClock
+from mqcore.errors import RemoteProtocolError
+from mqcore.message import Message
+from mqcore.store.msgid import HostAddress
+
+from .harness import TEST_STORE_CONFIG
+
+HOST = HostAddress("10.0.0.7", 40000)
+BASE_TS = 1_700_000_000_000
+
+
+def _fields(m: Message) -> tuple[Any, ...]:
+    return (
+        m.topic, m.body, m.tags, m.keys, m.properties, m.flag, m.born_timestamp, m.born_host,
+        m.reconsume_times, m.sys_flag, m.delay_level,
+    )  # fmt: skip
+
+
+def _general(section: bytes, count: int) -> list[tuple[Any, ...]] | None:
+    """What the general path makes of the section: the Message fields ``Broker.send``
+    stores for each record (None if it has properties), or raises as the handler would."""
+    records = decode_records_section(section, count, BASE_TS)
+    if [r.offset_delta for r in records] != list(range(count)):
+        return None
+    out = []
+    for r in records:
+        o = record_to_message(r, 0)
+        if o.properties:
+            return None
+        m = Message("t", o.body, o.tag or None, o.keys, None, o.flag, o.born_timestamp, HOST)
+        out.append(_fields(m))
+    return out
+
+
+def _plain(section: bytes, count: int) -> list[tuple[Any, ...]] | None:
+    messages = plain_messages(section, count, BASE_TS, "t", HOST)
+    return None if messages is None else [_fields(m) for m in messages]
+
+
+def _records(n: int, key: bytes | None = b"k", value: bytes = b"v" * 100) -> list[RecordLike]:
+    return [(i, BASE_TS + i * 3, key, value, ()) for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 8191, 8192, 8200])  # offset delta varint widths
+@pytest.mark.parametrize("key", [None, b"order-1", "ключ".encode()])
+def test_plain_records_give_the_general_path_messages(n: int, key: bytes | None) -> None:
+    records = _records(n, key)
+    section = encode_records(records, BASE_TS)
+    got = _plain(section, n)
+    assert got is not None and got == _general(section, n)
+    assert got[-1][6] == BASE_TS + (n - 1) * 3
+    assert got[0][3] == ("" if key is None else key.decode())
+
+
+def test_long_timestamp_deltas_and_values() -> None:
+    records = [(0, BASE_TS - 10**9, None, b"x" * 20000, ()), (1, BASE_TS + 10**12, b"k", b"y", ())]
+    section = encode_records(records, BASE_TS)
+    assert _plain(section, 2) == _general(section, 2)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        (1, BASE_TS, b"k", b"v", (("h", b"x"),)),  # headers
+        (1, BASE_TS, b"k", None, ()),  # tombstone
+        (1, BASE_TS, b"k", b"", ()),  # empty value
+        (1, BASE_TS, b"", b"v", ()),  # empty key
+        (1, BASE_TS, b"a key", b"v", ()),  # a space: KEYS would split it
+        (1, BASE_TS, b"\xff\xfe", b"v", ()),  # not UTF-8
+        (1, BASE_TS, b"a\x01b", b"v", ()),  # a property separator
+        (2, BASE_TS, b"k", b"v", ()),  # offset delta gap
+    ],
+)
+def test_any_record_that_is_not_plain_declines_the_batch(odd: RecordLike) -> None:
+    section = encode_records([(0, BASE_TS, b"k", b"v", ()), odd], BASE_TS)
+    assert _plain(section, 2) is None
+    decode_records_section(section, 2, BASE_TS)  # the general path takes it
+
+
+def test_malformed_sections_decline() -> None:
+    section = encode_records(_records(3), BASE_TS)
+    assert _plain(section, 0) is None
+    assert _plain(b"", 0) is None
+    assert _plain(section, 2) is None  # trailing bytes
+    assert _plain(section, 4) is None  # too few records
+    assert _plain(section[:-1], 3) is None  # truncated
+    assert _plain(section + b"\x00", 3) is None
+    too_long = b"\xff" * 11 + section  # a varint longer than 5 bytes
+    assert _plain(too_long, 3) is None
+    for data, count in ((section, 2), (section[:-1], 3), (too_long, 3)):
+        with pytest.raises(RemoteProtocolError):
+            decode_records_section(data, count, BASE_TS)
+
+
+def test_record_lengths_must_agree_with_their_fields() -> None:
+    section = bytearray(encode_records(_records(2, value=b"v"), BASE_TS))
+    first_length = section[0] >> 1  # a 1-byte zigzag varint
+    # The first record claims a byte more, the second a byte less: same total.
+    section[0] += 2
+    section[first_length + 1] -= 2
+    assert _plain(bytes(section), 2) is None
+    with pytest.raises(RemoteProtocolError):
+        decode_records_section(bytes(section), 2, BASE_TS)
+
+
+_key = st.none() | st.binary(max_size=6) | st.sampled_from([b"k", b"order-7", b"a b"])
+_value = st.none() | st.binary(max_size=300)
+_header = st.tuples(st.sampled_from(["h", ""]), st.none() | st.binary(max_size=3))
+_record = st.tuples(
+    st.integers(-(2**40), 2**40), _key, _value, st.lists(_header, max_size=1).map(tuple)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=80), st.data())
+def test_fast_path_agrees_with_general_path(rows: list[Any], data: st.DataObject) -> None:
+    """Plain batches are taken and give the same messages; any other batch, and any
+    corruption of one, is declined or (where the general path accepts it) the same."""
+    records = [(i, BASE_TS + d, k, v, h) for i, (d, k, v, h) in enumerate(rows)]
+    section = encode_records(records, BASE_TS)
+    count = len(records)
+    expected = _general(section, count)
+    assert _plain(section, count) == expected
+    # Corrupt it: flip a byte, cut it, or claim another count.
+    pos = data.draw(st.integers(0, len(section) - 1))
+    mutated = [
+        (section[:pos] + bytes([section[pos] ^ data.draw(st.integers(1, 255))]) + section[pos + 1 :], count),
+        (section[:pos], count),
+        (section, data.draw(st.integers(0, count + 2))),
+    ]  # fmt: skip
+    for bad, n in mutated:
+        got = _plain(bad, n)
+        if got is not None:  # the fast path only takes what the general one reads alike
+            assert got == _general(bad, n)
+
+
+# -- through the produce handler ---------------------------------------------------------------
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
+    try:
+        b.create_topic("t", read_queue_nums=2, write_queue_nums=2)
+        yield b
+    finally:
+        b.close()
+
+
+def _call(ctx: KafkaContext, key: int, request: dict[str, Any]) -> Any:
+    async def run() -> Any:
+        version = supported_versions()[key][1]
+        response = await dispatch(ctx, Call(key, version, 1, "c", request, HOST))
+        return await response.response if isinstance(response, Later) else response
+
+    return asyncio.run(run())
+
+
+def _produce(ctx: KafkaContext, partition: int, records: bytes) -> dict[str, Any]:
+    request = {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout_ms": 1000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": partition, "records": records}]}],
+    }
+    reply = _call(ctx, ApiKey.PRODUCE, request)["responses"][0]["partition_responses"][0]
+    assert isinstance(reply, dict)
+    return reply
+
+
+def _fetch_all(ctx: KafkaContext, partition: int) -> list[tuple[Any, ...]]:
+    request = {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 22,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+        "forgotten_topics_data": [],
+        "topics": [{"topic": "t", "partitions": [{
+            "partition": partition, "current_leader_epoch": -1, "fetch_offset": 0,
+            "log_start_offset": -1, "partition_max_bytes": 1 << 22,
+        }]}],
+    }  # fmt: skip
+    part = _call(ctx, ApiKey.FETCH, request)["responses"][0]["partitions"][0]
+    return [
+        (b.header.base_offset + r.offset_delta, r.timestamp, r.key, r.value, tuple(r.headers))
+        for b in decode_batches(part["records"])
+        for r in b.records
+    ]
+
+
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("producer_id", [-1, 42])
+def test_produce_stores_plain_and_other_batches_alike(
+    broker: Broker, compression: int, producer_id: int
+) -> None:
+    """A plain batch (fast path) and one with a header record (general path) store the
+    same messages for their plain records, and read back as produced (store path)."""
+    ctx = KafkaContext(broker, ListenerConfig(port=0, fetch_cache_bytes=0), SystemClock())
+    plain: Sequence[RecordLike] = [
+        (0, BASE_TS, None, b"v0", ()),
+        (1, BASE_TS + 5, b"key-1", b"v1" * 300, ()),
+        (2, BASE_TS - 5, "ключ".encode(), b"v2", ()),
+    ]
+    mixed = [*plain, (3, BASE_TS, b"k", b"v", (("h", b"x"),))]
+    for partition, records in ((0, plain), (1, mixed)):
+        batch = encode_batch(records, compression=compression, producer_id=producer_id,
+                             producer_epoch=0, base_sequence=0)  # fmt: skip
+        reply = _produce(ctx, partition, batch)
+        assert (reply["error_code"], reply["base_offset"]) == (0, 0)
+        if producer_id >= 0:  # a retry of the same batch: its offset again, nothing stored
+            assert _produce(ctx, partition, batch)["base_offset"] == 0
+    assert _fetch_all(ctx, 0) == [(o, t, k, v, h) for o, t, k, v, h in plain]
+    assert _fetch_all(ctx, 1)[:3] == _fetch_all(ctx, 0)
+    fast = broker.pull("g", "t", 0, 0).messages
+    general = broker.pull("g", "t", 1, 0).messages[:3]
+    assert [(m.body, m.keys, m.born_timestamp, m.born_host, m.tags) for m in fast] == [
+        (m.body, m.keys, m.born_timestamp, m.born_host, m.tags) for m in general
+    ]
+    assert all(m.born_host == HOST for m in fast)
+    assert [len(m.properties) for m in fast] == [len(m.properties) for m in general]
+
+
+def test_produce_fast_path_errors(broker: Broker) -> None:
+    ctx = KafkaContext(broker, ListenerConfig(port=0), SystemClock())
+    ok = encode_batch(_records(2))
+    assert _produce(ctx, 5, ok)["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    wrong_last = encode_batch(_records(2), last_offset_delta=5)
+    assert _produce(ctx, 0, wrong_last)["error_code"] == ErrorCode.INVALID_RECORD
+    transactional = encode_batch(_records(2), transactional=True)
+    code = _produce(ctx, 0, transactional)["error_code"]
+    assert code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert broker.store.max_offset("t", 0) == 0

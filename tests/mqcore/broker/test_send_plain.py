@@ -1,0 +1,165 @@
+"""Broker.send_plain: send's rules, errors and stored records for a one-queue batch of plain
+messages (the Kafka listener's produce path)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqcore.broker import (
+    Broker,
+    BrokerNotStartedError,
+    NoPermissionError,
+    OutgoingMessage,
+    SendStatus,
+)
+from mqcore.errors import MessageIllegalError, NotFoundError, ValidationError
+from mqcore.message import Message, MessageExt
+from mqcore.store.config import StoreConfig
+from mqcore.store.msgid import HostAddress
+from mqcore.store.properties import PROPERTY_UNIQ_KEY
+from tests.mqcore.broker.conftest import SMALL_STORE, BrokerFactory
+
+HOST = HostAddress("10.1.2.3", 5555)
+
+
+def plain(body: bytes, keys: str = "", topic: str = "Orders", ts: int | None = 7) -> Message:
+    return Message(topic, body, keys=keys, born_timestamp=ts, born_host=HOST)
+
+
+def _stored(broker: Broker, topic: str, queue_id: int) -> list[MessageExt]:
+    return list(broker.pull("g", topic, queue_id, 0, 64).messages)
+
+
+def _comparable(m: MessageExt) -> tuple[object, ...]:
+    props = {k: v for k, v in m.properties.items() if k != PROPERTY_UNIQ_KEY}
+    return (
+        m.topic,
+        m.queue_id,
+        m.queue_offset,
+        m.body,
+        m.tags,
+        m.keys,
+        props,
+        m.flag,
+        m.sys_flag,
+        m.born_timestamp,
+        m.born_host,
+        m.reconsume_times,
+    )
+
+
+@pytest.mark.parametrize(
+    "keys", ["", "order-1", "ключ-λ", "k" * 9000, "a" * 7999 + "é"], ids=repr
+)  # the last three take the exact properties measurement
+def test_stores_what_send_stores(make_broker: BrokerFactory, keys: str) -> None:
+    broker = make_broker()
+    broker.create_topic("Orders", read_queue_nums=4, write_queue_nums=4)
+    broker.create_topic("Other", read_queue_nums=4, write_queue_nums=4)
+    bodies = [b"a", b"bb" * 50, bytes(range(256))]
+    result = broker.send_plain("Orders", 2, [plain(b, keys) for b in bodies])
+    sent = broker.send(
+        "Other",
+        [OutgoingMessage(b, keys=keys, queue_id=2, born_timestamp=7) for b in bodies],
+        born_host=HOST,
+    )
+    assert result.status is SendStatus.SEND_OK and not result.delayed
+    assert (result.topic, result.queue_id, result.queue_offset) == ("Orders", 2, 0)
+    mine, theirs = _stored(broker, "Orders", 2), _stored(broker, "Other", 2)
+    assert [_comparable(m)[1:] for m in mine] == [_comparable(m)[1:] for m in theirs]
+    assert mine[0].msg_id == result.msg_id and mine[0].offset_msg_id == result.offset_msg_id
+    assert sent[0].queue_offset == 0
+    again = broker.send_plain("Orders", 2, [plain(b"x")])
+    assert again.queue_offset == 3  # consecutive offsets per batch
+
+
+def test_without_born_timestamp_the_store_time_is_used(make_broker: BrokerFactory) -> None:
+    broker = make_broker()
+    broker.create_topic("Orders", read_queue_nums=1)
+    broker.send_plain("Orders", 0, [plain(b"x", ts=None)])
+    (stored,) = _stored(broker, "Orders", 0)
+    assert stored.born_timestamp == broker.clock.now_ms()
+
+
+def test_refused_before_start(broker: Broker) -> None:
+    broker.stop()
+    with pytest.raises(BrokerNotStartedError):
+        broker.send_plain("Orders", 0, [plain(b"x")])
+
+
+def test_unknown_topic(broker: Broker) -> None:
+    with pytest.raises(NotFoundError) as info:
+        broker.send_plain("Nope", 0, [plain(b"", topic="Nope")])  # topic before body
+    assert (info.value.field, info.value.rule) == ("topic", "not_found")
+
+
+def test_queue_id_range(broker: Broker) -> None:
+    with pytest.raises(ValidationError) as info:
+        broker.send_plain("Orders", 4, [plain(b"x")])
+    assert (info.value.field, info.value.rule) == ("queue_id", "range")
+    with pytest.raises(ValidationError) as info:
+        broker.send_plain("Orders", 9, [plain(b"x"), plain(b"")])  # queue before body
+    assert info.value.field == "messages[0].queue_id"
+
+
+def test_write_forbidden_topic(broker: Broker) -> None:
+    broker.update_topic("Orders", perm=4)
+    with pytest.raises(NoPermissionError) as info:
+        broker.send_plain("Orders", 0, [plain(b"x")])
+    assert info.value.rule == "topic_not_writable"
+
+
+def test_no_messages(broker: Broker) -> None:
+    with pytest.raises(ValidationError) as info:
+        broker.send_plain("Orders", 0, [])
+    assert (info.value.field, info.value.rule) == ("messages", "empty")
+
+
+def test_body_rules_name_the_batch_position(make_broker: BrokerFactory) -> None:
+    store_config = StoreConfig(
+        commitlog_file_size=SMALL_STORE.commitlog_file_size,
+        consume_queue_file_entries=32,
+        index_hash_slots=64,
+        index_max_entries=256,
+        max_message_size=100,
+    )
+    broker = make_broker(store_config=store_config)
+    broker.create_topic("Orders", read_queue_nums=1)
+    with pytest.raises(MessageIllegalError) as info:
+        broker.send_plain("Orders", 0, [plain(b"x"), plain(b"x" * 101)])
+    assert (info.value.field, info.value.rule) == ("messages[1].body", "max_size")
+    with pytest.raises(MessageIllegalError) as info:
+        broker.send_plain("Orders", 0, [plain(b"")])
+    assert (info.value.field, info.value.rule) == ("body", "empty")
+    assert broker.store.max_offset("Orders", 0) == 0
+
+
+def test_keys_too_long_for_the_properties(broker: Broker) -> None:
+    with pytest.raises(MessageIllegalError) as info:
+        broker.send_plain("Orders", 0, [plain(b"x"), plain(b"x", keys="k" * 33_000)])
+    assert (info.value.field, info.value.rule) == ("messages[1].properties", "max_size")
+    with pytest.raises(MessageIllegalError):
+        broker.send("Orders", [OutgoingMessage(b"x", keys="k" * 33_000)])  # as send says
+    assert broker.store.max_offset("Orders", 0) == 0
+
+
+def test_batch_bytes(make_broker: BrokerFactory) -> None:
+    broker = make_broker(max_batch_bytes=10)
+    broker.create_topic("T", read_queue_nums=1)
+    with pytest.raises(MessageIllegalError) as info:
+        broker.send_plain("T", 0, [plain(b"123456", topic="T"), plain(b"123456", topic="T")])
+    assert (info.value.field, info.value.rule) == ("messages", "max_batch_bytes")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Message("Orders", b"x", properties={"p": "v"}),
+        Message("Orders", b"x", delay_level=2),
+        Message("Other", b"x"),
+    ],
+    ids=["properties", "delay", "topic"],
+)
+def test_not_plain_is_a_caller_bug(broker: Broker, message: Message) -> None:
+    with pytest.raises(ValueError, match="messages\\[1\\] is not a plain message"):
+        broker.send_plain("Orders", 0, [plain(b"x"), message])
+    assert broker.store.max_offset("Orders", 0) == 0
