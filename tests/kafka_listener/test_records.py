@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 import google_crc32c
 import pytest
 from hypothesis import given, settings
@@ -181,23 +178,3 @@ def test_mutated_batches_only_raise_protocol_errors(codec: int, position: int, x
         decode_batches(bytes(data), check_crc=False)
     except RemoteProtocolError:
         pass
-
-
-def test_throughput() -> None:
-    """decode + re-encode of 100-byte uncompressed records; prints the measured rate.
-
-    The target is 200k records/s on the development machine; the assertion is a loose
-    floor so a loaded CI machine does not fail spuriously."""
-    count = 1000
-    records = [Record(i, 1700000000000 + i, b"key-%06d" % i, os.urandom(100)) for i in range(count)]
-    results = {}
-    for codec in Compression:
-        data = encode_batch(records, compression=codec)
-        loops = 10
-        start = time.perf_counter()
-        for _ in range(loops):
-            batch = decode_batch(data)
-            batch.encode()
-        results[codec.name] = count * loops / (time.perf_counter() - start)
-    print("decode+encode records/s:", {k: f"{v:,.0f}" for k, v in results.items()})
-    assert results["NONE"] > 50_000
