@@ -9,6 +9,13 @@ view runs the serializer, whose errors (every broken rule, ``field`` and ``rule`
 what the client gets. So a client never sees an error from this module, and every message it
 accepts is the one the serializer would have produced (``tests/api/test_send_input.py``
 compares the two on generated bodies).
+
+The loop is the per-message cost of a batch send above the store, so the usual message
+(``{"body": "..."}``, maybe with ``"keys"``) takes a short way through it, and the keys of
+the whole batch are checked together, by a few scans of their joined text, after it. Keys
+are handed on as one space-separated string (``OutgoingMessage.keys`` allows it, and the
+serializer's :func:`~api.serializers.messages.message_from` does the same): the ``KEYS``
+property the store writes, which the broker then needs neither to join nor to measure.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ FIELDS = frozenset(
 )
 _MAX_KEYS = 64  # KeysField max_length
 _MAX_TEXT = 1024  # max_length of a key, the tag and the sharding key
+_STR = frozenset({str})
 
 
 class _OutgoingBuilder:
@@ -47,7 +55,7 @@ class _OutgoingBuilder:
     __slots__ = OutgoingMessage.__slots__
 
 
-# Every slot is set in _message: a field added to OutgoingMessage must be added there too.
+# Every slot is set in plain_messages: a field added to OutgoingMessage must be added there too.
 assert set(_OutgoingBuilder.__slots__) == {
     "body", "tag", "keys", "properties", "queue_id", "sharding_key", "delay_level", "flag",
     "born_timestamp",
@@ -63,44 +71,82 @@ def plain_messages(data: Any, max_messages: int) -> list[OutgoingMessage] | None
         return None
     out: list[OutgoingMessage] = []
     append = out.append
+    batch_keys: list[Any] = []  # every key of the batch, checked by _keys_plain at the end
+    add_keys = batch_keys.extend
+    fields = FIELDS
     for item in items:
-        message = _message(item)
-        if message is None:
+        if item.__class__ is not dict or not fields.issuperset(item):
             return None
-        append(message)
+        body = item.get("body")
+        size = len(item)
+        m: Any = _OutgoingBuilder()
+        if size == 1 or (size == 2 and "keys" in item):
+            # The usual message: a text body and maybe keys; every other field absent.
+            if body.__class__ is not str or not body:
+                return None
+            try:
+                m.body = body.encode("utf-8")
+            except UnicodeEncodeError:
+                return None
+            m.tag = None
+            m.properties = {}
+            m.queue_id = None
+            m.sharding_key = None
+            m.delay_level = 0
+        elif not _other_fields(item, m):
+            return None
+        keys: Any = item.get("keys", ())
+        if keys.__class__ is list:
+            if len(keys) > _MAX_KEYS:
+                return None
+            add_keys(keys)
+            try:
+                m.keys = " ".join(keys)  # checked below (a key with a space is no key)
+            except TypeError:  # a key that is not text
+                return None
+        elif keys == ():
+            m.keys = ""
+        else:  # a string of keys, null, a number ...: the serializer decides
+            return None
+        m.flag = 0
+        m.born_timestamp = None
+        m.__class__ = OutgoingMessage
+        append(m)
+    if batch_keys and not _keys_plain(batch_keys):
+        return None
     return out
 
 
-def _message(item: Any) -> OutgoingMessage | None:
-    if item.__class__ is not dict or not FIELDS.issuperset(item):
-        return None
+def _keys_plain(keys: list[Any]) -> bool:
+    """Whether every key is text the serializer keeps as it is: a non-empty ``str`` with no
+    whitespace (DRF strips it, or refuses a blank; the KEYS property separates keys with
+    spaces), at most ``_MAX_TEXT`` long, as :func:`_text` says. Checked on all the keys of a
+    batch at once: joined by spaces, they split back into themselves exactly when none is
+    empty or holds whitespace (``str.split``'s own notion of it, as a key at a time)."""
+    if not _STR.issuperset(map(type, keys)):
+        return False
+    joined = " ".join(keys)
+    return joined.split() == keys and max(map(len, keys)) <= _MAX_TEXT and _text(joined, 0)
+
+
+def _other_fields(item: dict[str, Any], m: Any) -> bool:
+    """Check and set every field but ``keys``, ``flag`` and ``born_timestamp`` (any message
+    the usual path of :func:`plain_messages` does not take). False: not plain."""
     body = _body(item.get("body"), item.get("body_encoding", "text"))
     if body is None:
-        return None
-    keys: Any = item.get("keys", ())
-    if keys.__class__ is list:
-        if len(keys) > _MAX_KEYS:
-            return None
-        for key in keys:
-            # DRF strips surrounding whitespace and refuses blanks and inner whitespace:
-            # [key] == key.split() holds exactly for a non-empty key with no whitespace.
-            if key.__class__ is not str or [key] != key.split() or not _text(key):
-                return None
-        keys = tuple(keys)
-    elif keys != ():  # a string of keys, null, a number ...: the serializer decides
-        return None
+        return False
     tag = item.get("tag")
     if tag is not None and (
         tag.__class__ is not str or (tag and tag != tag.strip()) or not _text(tag)
     ):
-        return None
+        return False
     properties = item.get("properties")
     if properties is not None:
         if properties.__class__ is not dict:
-            return None
+            return False
         for name, value in properties.items():
             if not name or value.__class__ is not str or not _text(name, 0) or not _text(value, 0):
-                return None
+                return False
     sharding_key = item.get("sharding_key")
     if sharding_key is not None and (
         sharding_key.__class__ is not str
@@ -108,25 +154,20 @@ def _message(item: Any) -> OutgoingMessage | None:
         or sharding_key != sharding_key.strip()
         or not _text(sharding_key)
     ):
-        return None
+        return False
     queue_id = item.get("queue_id")
     if queue_id is not None and not _int(queue_id):
-        return None
+        return False
     delay_level = item.get("delay_level", 0)
     if not _int(delay_level):
-        return None
-    m: Any = _OutgoingBuilder()
+        return False
     m.body = body
     m.tag = tag or None
-    m.keys = keys
     m.properties = dict(properties) if properties else {}
     m.queue_id = queue_id
     m.sharding_key = sharding_key
     m.delay_level = delay_level
-    m.flag = 0
-    m.born_timestamp = None
-    m.__class__ = OutgoingMessage
-    return m  # type: ignore[no-any-return]
+    return True
 
 
 def _body(body: Any, encoding: Any) -> bytes | None:

@@ -108,6 +108,12 @@ class WorkerThreads:
             return len(self._idle)
 
 
+class _RequestProcessed(Exception):
+    """Raised once the response is sent, to end the wait for a disconnect (Django defines
+    one such class per request; one for all spares creating and collecting a class each
+    time)."""
+
+
 class OneHopASGIHandler(ASGIHandler):
     """See the module docstring."""
 
@@ -140,10 +146,6 @@ class OneHopASGIHandler(ASGIHandler):
         with closing(body_file):
             set_script_prefix(get_script_prefix(scope))
             serve = sync_to_async(self._serve, thread_sensitive=True)
-
-            class RequestProcessed(Exception):
-                pass
-
             response: HttpResponseBase | None = None
             closed = False
             try:
@@ -152,8 +154,8 @@ class OneHopASGIHandler(ASGIHandler):
                         tg.create_task(self.listen_for_disconnect(receive))
                         response, closed = await serve(scope, body_file)
                         await self.send_response(response, send)
-                        raise RequestProcessed
-                except* (RequestProcessed, RequestAborted):
+                        raise _RequestProcessed
+                except* (_RequestProcessed, RequestAborted):
                     pass
             except BaseExceptionGroup as exception_group:
                 if len(exception_group.exceptions) == 1:

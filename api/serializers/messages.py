@@ -151,7 +151,7 @@ def message_from(attrs: dict[str, Any]) -> OutgoingMessage:
     return OutgoingMessage(
         body=attrs["body"],
         tag=attrs.get("tag") or None,
-        keys=tuple(attrs.get("keys") or ()),
+        keys=" ".join(attrs.get("keys") or ()),  # as api.send_input: the KEYS value
         properties=dict(attrs.get("properties") or {}),
         queue_id=attrs.get("queue_id"),
         sharding_key=attrs.get("sharding_key") or None,

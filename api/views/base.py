@@ -6,11 +6,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponseBase
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from api.exceptions import BrokerUnavailable
+from api.negotiation import QuickContentNegotiation
 from api.roles import OPERATOR, VIEWER, RolePermission
 from api.serializers.common import PageQuerySerializer
 from cairn import runtime
@@ -22,11 +24,38 @@ class BrokerView(APIView):
     ``write_role`` for the rest, ``method_roles`` to single out one method."""
 
     permission_classes = [RolePermission]
+    content_negotiation_class = QuickContentNegotiation
     read_role = VIEWER
     write_role = OPERATOR
     method_roles: dict[str, str] = {}
     #: mqcore error fields renamed to this view's request fields (e.g. topic_name -> name).
     mq_field_aliases: dict[str, str] = {}
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        try:
+            response: HttpResponseBase = super().dispatch(request, *args, **kwargs)
+            return response
+        finally:
+            self._break_cycles()
+
+    def _break_cycles(self) -> None:
+        """Unlink the view from the request once the response is made, so that they and the
+        parsed body are freed as soon as the request ends rather than by the cyclic garbage
+        collector. Django's ``View.setup`` sets ``self.head = self.get`` (the view refers to
+        itself), DRF's Request holds the view and itself in ``parser_context``, and the view
+        holds the response (whose ``renderer_context`` holds the view). Left as cycles, a
+        1000-message send's body (~2000 dicts and lists) outlived its request until a
+        collection, promoted through the generations meanwhile and walked again by each
+        collection (with ``cairn.asgi``'s threshold as well, the collector's share of such a
+        send fell from ~2 ms to ~0.1 ms). Nothing reads these links after ``dispatch``: the
+        handler renders and sends the response it returned."""
+        state = self.__dict__
+        state.pop("head", None)
+        state.pop("response", None)
+        request = state.get("request")
+        if isinstance(request, Request) and isinstance(request.parser_context, dict):
+            request.parser_context.pop("view", None)
+            request.parser_context.pop("request", None)
 
     @property
     def broker(self) -> Broker:

@@ -127,3 +127,43 @@ def test_what_the_plain_path_accepts_the_serializer_accepts_the_same(
     fast = plain_messages(data, MAX)
     if fast is not None:
         assert fast == by_serializer(data)
+
+
+def _key_kept(key: Any) -> bool:
+    """One key the serializer keeps as it is (the rule send_input checks batch-wide)."""
+    if type(key) is not str or [key] != key.split() or len(key) > 1024:
+        return False
+    if any(c in key for c in "\x00\x01\x02"):
+        return False
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@hsettings(max_examples=200, deadline=None, database=None, derandomize=True)
+@given(
+    keys=st.lists(st.lists(_mostly(_word), max_size=3), min_size=2, max_size=6),
+    tagged=st.booleans(),
+)
+def test_keys_are_checked_across_the_batch_as_one_by_one(
+    keys: list[list[Any]], tagged: bool
+) -> None:
+    """The keys of a batch are checked together after the loop: one odd key anywhere in it
+    still sends the whole body to the serializer, and a clean batch is the serializer's."""
+    extra = {"tag": "T"} if tagged else {}
+    data = {"messages": [{"body": f"m{i}", "keys": k, **extra} for i, k in enumerate(keys)]}
+    fast = plain_messages(data, MAX)
+    assert (fast is not None) == all(_key_kept(key) for k in keys for key in k)
+    if fast is not None:
+        assert fast == by_serializer(data)
+
+
+def test_a_bad_key_in_the_last_message_of_a_long_batch() -> None:
+    good = [{"body": "x", "keys": [f"k{i}", "é✓"]} for i in range(MAX - 1)]
+    for bad in (["a b"], [""], ["\x1c"], ["\ud800"], ["a\x02"], ["k" * 1025], [3], ["x"] * 65):
+        assert plain_messages({"messages": [*good, {"body": "x", "keys": bad}]}, MAX) is None
+    data = {"messages": [*good, {"body": "x", "keys": ["k" * 1024]}]}
+    fast = plain_messages(data, MAX)
+    assert fast is not None and fast == by_serializer(data)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
 from django.utils import timezone
+from rest_framework.request import Request
 from rest_framework.test import APIClient
 
 from api.models import AuditEntry
+from api.views.messages import TopicMessagesView
 from mqcore.broker import Broker
 from tests.api.conftest import assert_problem, wait_dispatched
 
@@ -81,3 +84,27 @@ def test_send_audit_row_is_what_record_writes(operator: APIClient, topic: str) -
     r = operator.get("/api/v1/audit", {"action": "message.send"})
     (row,) = r.json()["results"]
     assert row["new_value"] == {"count": 1, "msg_ids": ids} and row["username"] == "otto"
+
+
+def test_a_send_leaves_no_reference_cycle_holding_its_view_request_or_body(
+    operator: APIClient, topic: str
+) -> None:
+    """The view and DRF's Request are unlinked after dispatch (api.views.base), so a send's
+    parsed body is freed when the request ends, not by the cyclic garbage collector."""
+    marker = "cycle-probe-body"
+    gc.collect()
+    gc.disable()
+    try:
+        r = post(operator, topic, *({"body": marker, "keys": [f"k{i}"]} for i in range(20)))
+        assert r.status_code == 200, r.content
+        del r
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        garbage = list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert not [o for o in garbage if isinstance(o, TopicMessagesView | Request)]
+    # The parsed JSON messages ({"body": marker, ...}) went with them.
+    assert not [o for o in garbage if isinstance(o, dict) and o.get("body") == marker]
