@@ -5,7 +5,8 @@ rows/s per core, and a Spark scan must do many times that. Here every field is c
 chunk for all records at once with numpy and Arrow kernels (:mod:`pipeline.fields`):
 
 * Fixed header fields (V1 magic, IPv4 hosts: the shape of nearly every record) are big-endian
-  integers at ``record start + field position``: one gather per field over all records.
+  integers at ``record start + field position``: every record's 88-byte header is copied out
+  with one gather (:data:`_V1_HEADER`), and each field is a strided view of those copies.
 * Variable parts (body, topic, properties) start at per-record positions computed from the
   lengths; one ``take`` per column copies them into a compact array.
 * Properties are split on ``\\x02`` and ``\\x01`` with RocketMQ's rule, into a map; TAGS, KEYS
@@ -71,6 +72,35 @@ _HEADER = HEADER_SIZES[0]  # 88 bytes, V1 with IPv4 born and store hosts
 _MAGIC, _BODYCRC, _QUEUEID, _FLAG, _QUEUEOFFSET, _PHYSOFFSET = 4, 8, 12, 16, 20, 28
 _SYSFLAG, _BORNTS, _BORNHOST, _STORETS, _STOREHOST, _RECONSUME = 36, 40, 48, 56, 64, 72
 _PREPARED, _BODYLENGTH = 76, 84
+# The same header as one numpy record: the headers of a whole chunk are copied out with one
+# gather of 88-byte items (one pass over the chunk), instead of one scattered gather per field.
+# Hosts are read as one big-endian int64 (4 address bytes, then the port).
+_V1_HEADER = np.dtype(
+    {
+        "names": [
+            "magic", "body_crc", "queue_id", "flag", "queue_offset", "phys_offset", "sys_flag",
+            "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+            "prepared_transaction_offset", "body_length",
+        ],
+        "formats": [
+            ">i4", ">i4", ">i4", ">i4", ">i8", ">i8", ">i4",
+            ">i8", ">i8", ">i8", ">i8", ">i4",
+            ">i8", ">i4",
+        ],
+        "offsets": [
+            _MAGIC, _BODYCRC, _QUEUEID, _FLAG, _QUEUEOFFSET, _PHYSOFFSET, _SYSFLAG,
+            _BORNTS, _BORNHOST, _STORETS, _STOREHOST, _RECONSUME,
+            _PREPARED, _BODYLENGTH,
+        ],
+        "itemsize": _HEADER,
+    }
+)  # fmt: skip
+assert MIN_RECORD_SIZE >= _HEADER  # every whole record of a chunk has 88 readable bytes
+_INT32_FIELDS = ("queue_id", "body_crc", "flag", "sys_flag", "reconsume_times")
+_INT64_FIELDS = (
+    "queue_offset", "phys_offset", "born_timestamp", "store_timestamp",
+    "prepared_transaction_offset",
+)  # fmt: skip
 _PROPS_LENGTH = PROPERTIES_LENGTH.size
 _PROPERTY_COLUMNS = frozenset({"properties", "msg_id", "keys", "tags"})
 
@@ -139,6 +169,8 @@ class _Layout:
 
     start: I64
     end: I64
+    head: Any
+    """Every record's first 88 bytes as a :data:`_V1_HEADER` record."""
     body_start: I64
     body_stop: I64
     topic_start: I64
@@ -150,10 +182,11 @@ def _layout(view: ChunkView, start: I64, end: I64) -> _Layout:
     """Frame every record as V1/IPv4; ``ok`` is false where that does not add up."""
     octets = view.octets
     total = end - start
-    body_length = view.int32(start + _BODYLENGTH).astype(np.int64)
+    head = view.records(start, _V1_HEADER)
+    body_length = head["body_length"].astype(np.int64)
     ok = (
-        (view.int32(start + _MAGIC) == MESSAGE_MAGIC_CODE_V1)
-        & ((view.int32(start + _SYSFLAG) & HOST_V6_FLAGS) == 0)
+        (head["magic"] == MESSAGE_MAGIC_CODE_V1)
+        & ((head["sys_flag"] & HOST_V6_FLAGS) == 0)
         & (body_length >= 0)
         & (body_length + MIN_RECORD_SIZE <= total)
     )
@@ -171,7 +204,7 @@ def _layout(view: ChunkView, start: I64, end: I64) -> _Layout:
     high = octets[topic_stop].astype(np.int64)
     low = octets[topic_stop + 1].astype(np.int64)
     ok &= (high < 128) & (topic_stop + _PROPS_LENGTH + high * 256 + low == end)
-    return _Layout(start, end, body_start, topic_length_at, topic_start, topic_stop, ok)
+    return _Layout(start, end, head, body_start, topic_length_at, topic_start, topic_stop, ok)
 
 
 def _checked(array: pa.Array, rows: I64) -> pa.Array:
@@ -194,8 +227,9 @@ def _fast_columns(
     view: ChunkView, lay: _Layout, rows: I64, schema: pa.Schema
 ) -> dict[str, pa.Array]:
     """The requested columns of ``rows`` (all V1/IPv4 records that add up), in row order."""
-    start = lay.start[rows]
-    int32, int64 = view.int32, view.int64
+    every = len(rows) == len(lay.start)  # the usual case: no copies of the layout
+    start = lay.start if every else lay.start[rows]
+    head = lay.head if every else lay.head[rows]
     buffer = view.buffer
     wanted = set(schema.names)
     out: dict[str, pa.Array] = {}
@@ -206,36 +240,30 @@ def _fast_columns(
     if "topic" in wanted:
         topics = gather(buffer, lay.topic_start[rows], lay.topic_stop[rows], pa.string())
         out["topic"] = _checked(topics, rows)
-    simple: dict[str, Callable[[], Any]] = {
-        "queue_id": lambda: int32(start + _QUEUEID),
-        "queue_offset": lambda: int64(start + _QUEUEOFFSET),
-        "phys_offset": lambda: int64(start + _PHYSOFFSET),
-        "store_size": lambda: (lay.end[rows] - start).astype(np.int32),
-        "body_crc": lambda: int32(start + _BODYCRC),
-        "flag": lambda: int32(start + _FLAG),
-        "sys_flag": lambda: int32(start + _SYSFLAG),
-        "born_timestamp": lambda: int64(start + _BORNTS),
-        "store_timestamp": lambda: int64(start + _STORETS),
-        "reconsume_times": lambda: int32(start + _RECONSUME),
-        "prepared_transaction_offset": lambda: int64(start + _PREPARED),
-    }
-    for name, compute in simple.items():
+    for name in _INT32_FIELDS:
         if name in wanted:
-            out[name] = pa.array(compute())
+            out[name] = pa.array(head[name].astype(np.int32))
+    for name in _INT64_FIELDS:
+        if name in wanted:
+            out[name] = pa.array(head[name].astype(np.int64))
+    if "store_size" in wanted:
+        out["store_size"] = pa.array((lay.end[rows] - start).astype(np.int32))
     if "store_time" in wanted:
-        micros = int64(start + _STORETS) * 1000
+        micros = head["store_timestamp"].astype(np.int64) * 1000
         out["store_time"] = pa.Array.from_buffers(
             schema.field("store_time").type, len(rows), [None, pa.py_buffer(micros)]
         )
     if "born_host" in wanted:
-        out["born_host"] = host_texts(int64(start + _BORNHOST))
+        out["born_host"] = host_texts(head["born_host"].astype(np.int64))
     if "store_host" in wanted:
-        out["store_host"] = host_texts(int64(start + _STOREHOST))
+        out["store_host"] = host_texts(head["store_host"].astype(np.int64))
     if "body" in wanted:
         out["body"] = gather(buffer, lay.body_start[rows], lay.body_stop[rows], pa.binary())
     offset_ids = None
     if wanted & {"offset_msg_id", "msg_id"}:
-        offset_ids = hex_ids(int64(start + _STOREHOST), int64(start + _PHYSOFFSET))
+        offset_ids = hex_ids(
+            head["store_host"].astype(np.int64), head["phys_offset"].astype(np.int64)
+        )
         out["offset_msg_id"] = offset_ids
     if props is not None:
         out["properties"] = props.map

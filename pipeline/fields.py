@@ -48,7 +48,7 @@ _MAX_LAG_CHECK = 16  # records with more properties than this: duplicates found 
 class ChunkView:
     """A chunk's bytes as numpy arrays: octets, and big-endian ints starting at any byte."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | memoryview) -> None:
         self.buffer = pa.py_buffer(data)
         self.octets = np.frombuffer(data, np.uint8)
         size = len(data)
@@ -62,6 +62,17 @@ class ChunkView:
 
     def int64(self, at: I64) -> I64:
         return self._be64[at].astype(np.int64)
+
+    def records(self, at: I64, dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
+        """The ``dtype`` record (a fixed layout) starting at each of ``at``, copied out.
+
+        Every ``at[i] + dtype.itemsize`` must be within the chunk.
+        """
+        count = max(len(self.octets) - dtype.itemsize + 1, 0)
+        # Gathered as opaque items (a plain memcpy each, ~8x faster than gathering a dtype
+        # with fields), then seen through the layout.
+        raw = np.ndarray((count,), np.dtype((np.void, dtype.itemsize)), self.octets, 0, (1,))
+        return raw[at].view(dtype)
 
 
 def gather(buffer: pa.Buffer, starts: I64, stops: I64, kind: pa.DataType) -> pa.Array:
@@ -124,13 +135,21 @@ class Properties:
     record: npt.NDArray[np.int64]
     """Record index of each entry of ``names``/``values`` (ascending)."""
     duplicates: bool
+    keys: _NameKeys
+    """Each name's length and first 8 bytes (:func:`_name_keys`), for :meth:`lookup`."""
 
     def lookup(self, name: str) -> pa.Array:
         """The value of property ``name`` per record, null where absent (the last one wins)."""
         n = len(self.map)
         if self.duplicates:
             return pc.map_lookup(self.map, name, "last")
-        hits = np.flatnonzero(pc.equal(self.names, name).to_numpy(zero_copy_only=False))
+        raw = name.encode()
+        if len(raw) <= _KEY_BYTES:  # the key is the whole name: integer compares suffice
+            keys = self.keys
+            match = (keys.length == len(raw)) & (keys.word == _key_word(raw))
+        else:
+            match = pc.equal(self.names, name).to_numpy(zero_copy_only=False)
+        hits = np.flatnonzero(match)
         index = np.full(n, -1, np.int64)
         index[self.record[hits]] = hits
         missing = index < 0
@@ -138,6 +157,41 @@ class Properties:
             return pa.nulls(n, pa.string())
         index[missing] = 0
         return pc.take(self.values, pa.array(index, mask=missing))
+
+
+_KEY_BYTES = 8  # names up to this long are identified exactly by their _NameKeys
+# _KEPT[k]: the mask keeping the first k bytes of a big-endian word (k = 0..8).
+_KEPT = np.array([((1 << 64) - 1) ^ ((1 << (64 - 8 * k)) - 1) for k in range(9)], np.uint64)
+
+
+@dataclass(slots=True)
+class _NameKeys:
+    """Per name: its byte length and its first 8 bytes as one big-endian word (zero-padded)."""
+
+    length: I64
+    word: npt.NDArray[np.uint64]
+
+
+def _key_word(raw: bytes) -> np.uint64:
+    return np.uint64(int.from_bytes(raw[:_KEY_BYTES].ljust(_KEY_BYTES, b"\0"), "big"))
+
+
+def _name_keys(names: pa.Array) -> _NameKeys:
+    """The :class:`_NameKeys` of every name of a compact ``string`` array.
+
+    One integer gather instead of hashing strings: equal names have equal keys, and names of
+    up to 8 bytes (TAGS, KEYS, UNIQ_KEY) are equal iff their keys are.
+    """
+    count = len(names)
+    bounds = np.frombuffer(names.buffers()[1], np.int32, count + 1 + names.offset)[names.offset :]
+    length = np.diff(bounds).astype(np.int64)
+    size = int(bounds[-1])
+    padded = np.zeros(size + 8, np.uint8)  # an 8-byte read may run past the last name
+    if size:
+        padded[:size] = np.frombuffer(names.buffers()[2], np.uint8, size)
+    words = np.ndarray((size + 1,), ">u8", padded, 0, (1,))
+    word = words[bounds[:-1]].astype(np.uint64) & _KEPT[np.minimum(length, _KEY_BYTES)]
+    return _NameKeys(length, word)
 
 
 def parse_properties(text: pa.Array) -> Properties:
@@ -154,44 +208,87 @@ def parse_properties(text: pa.Array) -> Properties:
     size = int(bounds[-1])
     data_buffer = text.buffers()[2] if size else pa.py_buffer(b"")
     octets = np.frombuffer(data_buffer, np.uint8, size)
-    seps = np.flatnonzero(octets == _ENTRY)
-    # Segment ends: every \x02 and every record end; a segment starts after a \x02 (skip it)
-    # or at a record start. Ends sort before a \x02 at the same position (next record).
-    ends = np.concatenate([bounds[1:], seps])
-    is_sep = np.concatenate([np.zeros(n, np.int64), np.ones(len(seps), np.int64)])
-    order = np.argsort(2 * ends + is_sep, kind="stable")
-    ends, is_sep = ends[order], is_sep[order]
+    # Every separator, in order, from one pass (a NUL also passes the test; dropped after).
+    marks = np.flatnonzero(octets <= max(_NAME_VALUE, _ENTRY))
+    kinds = octets[marks]
+    if len(kinds) and not kinds.all():
+        marks = marks[kinds != 0]
+        kinds = octets[marks]
+    is_sep = kinds == _ENTRY
+    sep_at = np.flatnonzero(is_sep)  # indices into marks
+    seps = marks[sep_at]
+    # The first separator at or after each record bound, and how many \x02 come before it.
+    first_mark = np.searchsorted(marks, bounds)
+    before = np.searchsorted(seps, bounds)
+    # Segments end at every \x02 and every record end, in position order; a record's end comes
+    # after its own \x02s (all before it) and before the next record's. Record r has
+    # before[r+1] - before[r] \x02s, so its end is segment end number before[r+1] + r.
+    segments = len(seps) + n
+    end_slot = before[1:] + np.arange(n)
+    is_end = np.zeros(segments, np.bool_)
+    is_end[end_slot] = True
+    sep_slot = np.flatnonzero(~is_end)
+    ends = np.empty(segments, np.int64)
+    ends[end_slot] = bounds[1:]
+    ends[sep_slot] = seps
+    # A segment starts after a \x02 (skip it) or at a record start (where the last one ended).
+    # Its first \x01, if any, is the first separator after its start: the separator after
+    # that \x02, or the first one at or after the record start.
     starts = np.empty_like(ends)
-    if len(ends):
+    following = np.empty(segments, np.int64)  # index into marks; len(marks): none left
+    if segments:
         starts[0] = 0
-        starts[1:] = ends[:-1] + is_sep[:-1]
-    ones = np.flatnonzero(octets == _NAME_VALUE)
-    at = np.searchsorted(ones, starts)
-    first_one = np.append(ones, size + 1)[at]  # size + 1: no \x01 left
+        starts[1:] = ends[:-1] + ~is_end[:-1]
+        record_first = np.concatenate([[0], end_slot[:-1] + 1])
+        following[record_first] = first_mark[:-1]
+        after_sep = sep_slot + 1
+        inside = after_sep < segments  # a \x02 ending the very last segment starts none
+        following[after_sep[inside]] = sep_at[inside] + 1
+    found = np.append(kinds, _ENTRY)[following] == _NAME_VALUE
+    first_one = np.where(found, np.append(marks, size + 1)[following], size + 1)
     keep = (first_one > starts) & (first_one < ends - 1)
-    # A segment belongs to the record whose end is the next record end at or after it.
-    record = (np.cumsum(1 - is_sep) - (1 - is_sep))[keep]
+    # Record r owns its \x02 count plus one segments, in order.
+    record = np.repeat(np.arange(n, dtype=np.int64), np.diff(before) + 1)[keep]
     starts, ends, first_one = starts[keep], ends[keep], first_one[keep]
     names = gather(data_buffer, starts, first_one, pa.string())
     values = gather(data_buffer, first_one + 1, ends, pa.string())
+    keys = _name_keys(names)
     counts = np.bincount(record, minlength=n)
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
-    duplicates = _has_duplicates(names, record, int(counts.max()) if n else 0)
+    duplicates = _has_duplicates(names, keys, record, int(counts.max()) if n else 0)
     if duplicates:
-        return Properties(
-            _last_wins(offsets, names, values), names, values, record.astype(np.int64), True
-        )
-    mapped = pa.MapArray.from_arrays(pa.array(offsets), names, values)
-    return Properties(mapped, names, values, record.astype(np.int64), False)
+        mapped = _last_wins(offsets, names, values)
+    else:
+        mapped = pa.MapArray.from_arrays(pa.array(offsets), names, values)
+    return Properties(mapped, names, values, record, duplicates, keys)
 
 
-def _has_duplicates(names: pa.Array, record: npt.NDArray[np.int64], widest: int) -> bool:
+def _has_duplicates(
+    names: pa.Array, keys: _NameKeys, record: npt.NDArray[np.int64], widest: int
+) -> bool:
     """Whether a name repeats within one record (never written by RocketMQ or mqcore)."""
     if widest < 2:
         return False
-    codes = names.dictionary_encode().indices.to_numpy().astype(np.int64)
     if widest <= _MAX_LAG_CHECK:  # entries of a record are adjacent: compare at each lag
+        # Equal names have equal keys, so keys that never repeat prove there is no duplicate;
+        # only then (or for long names) are the strings themselves compared.
+        word, length = keys.word, keys.length
+        for lag in range(1, widest):
+            if np.any(
+                (word[lag:] == word[:-lag])
+                & (length[lag:] == length[:-lag])
+                & (record[lag:] == record[:-lag])
+            ):
+                return _names_repeat(names, record, widest)
+        return False
+    return _names_repeat(names, record, widest)
+
+
+def _names_repeat(names: pa.Array, record: npt.NDArray[np.int64], widest: int) -> bool:
+    """The exact test of :func:`_has_duplicates`, on the name strings."""
+    codes = names.dictionary_encode().indices.to_numpy().astype(np.int64)
+    if widest <= _MAX_LAG_CHECK:
         for lag in range(1, widest):
             if np.any((codes[lag:] == codes[:-lag]) & (record[lag:] == record[:-lag])):
                 return True

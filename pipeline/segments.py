@@ -128,10 +128,11 @@ class Chunk:
     """Whole records read from one segment: ``data[positions[i]:positions[i+1]]`` is record i.
 
     ``base`` is the absolute CommitLog offset of ``data[0]``; ``positions`` has one more entry
-    than there are records (the end of the last).
+    than there are records (the end of the last). ``data`` is a view of a reused buffer when
+    the walk was asked to reuse one (``iter_chunks(..., reuse_buffer=True)``).
     """
 
-    data: bytes
+    data: bytes | memoryview
     base: int
     positions: array[int]
     segment_base: int
@@ -313,7 +314,7 @@ def find_first_record(fd: int, rng: ScanRange, window_bytes: int) -> int | None:
 # --- the walk --------------------------------------------------------------------------------------
 
 
-def _crc_ok(data: bytes, q: int, total: int) -> bool:
+def _crc_ok(data: bytes | memoryview, q: int, total: int) -> bool:
     """The body CRC of the record at ``q`` matches (inline for V1/IPv4, else mqcore's check)."""
     if data[q + 4 : q + 8] == _MAGIC_BYTES[0] and not data[q + _SYSFLAG_LOW_BYTE] & HOST_V6_FLAGS:
         (body_length,) = INT32.unpack_from(data, q + _BODY_LENGTH_POSITION)
@@ -329,12 +330,21 @@ def _crc_ok(data: bytes, q: int, total: int) -> bool:
 
 
 def iter_chunks(
-    rng: ScanRange, state: WalkState, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    rng: ScanRange,
+    state: WalkState,
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    reuse_buffer: bool = False,
 ) -> Iterator[Chunk]:
     """Read the range's records, a chunk at a time (module docstring: when the walk stops).
 
     ``state`` is updated before each chunk is yielded and when the walk ends; the consumer
     sets ``state.stopped`` to end it after the current chunk.
+
+    ``reuse_buffer``: every chunk is read into the same buffer (``chunk.data`` is a view of
+    it), so a chunk's bytes are only valid until the next one is asked for. That saves
+    mapping and zero-filling fresh memory for each read (~0.07 us a record, as much as the
+    read itself); for consumers that copy what they keep (``columnar.decode_chunk`` does).
     """
     state.next_offset = rng.start
     try:
@@ -347,12 +357,12 @@ def iter_chunks(
         if start is None:
             state.reason, state.next_offset = "range_end", rng.stop
             return
-        yield from _walk(fd, rng, start - rng.base_offset, state, chunk_bytes)
+        yield from _walk(fd, rng, start - rng.base_offset, state, chunk_bytes, reuse_buffer)
     finally:
         os.close(fd)
 
 
-def _candidates(data: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def _candidates(data: bytes | memoryview) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Likely record starts in ``data`` (a message magic code 4 bytes on) and their TOTALSIZE.
 
     A superset or a subset is harmless: :func:`_chain` only trusts a candidate where the
@@ -370,7 +380,7 @@ def _candidates(data: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int6
     return at, totals
 
 
-def _chain(data: bytes, limit: int, positions: array[int]) -> int:
+def _chain(data: bytes | memoryview, limit: int, positions: array[int]) -> int:
     """Append the start of each record chained by TOTALSIZE from 0 while it is ``<= limit``.
 
     Runs of records that follow each other (a candidate's TOTALSIZE lands on the next
@@ -404,7 +414,7 @@ def _chain(data: bytes, limit: int, positions: array[int]) -> int:
     return q
 
 
-def _first_non_record(data: bytes, positions: array[int], count: int) -> int:
+def _first_non_record(data: bytes | memoryview, positions: array[int], count: int) -> int:
     """Index of the first of ``positions[:count]`` whose magic is not a message magic."""
     if count == 0:
         return 0
@@ -421,11 +431,21 @@ def _first_non_record(data: bytes, positions: array[int], count: int) -> int:
     return int(pc.index(good, False).as_py())
 
 
-def _walk(fd: int, rng: ScanRange, rel: int, state: WalkState, chunk_bytes: int) -> Iterator[Chunk]:
+def _walk(
+    fd: int, rng: ScanRange, rel: int, state: WalkState, chunk_bytes: int, reuse: bool
+) -> Iterator[Chunk]:
     stop_rel = rng.stop - rng.base_offset
     want = chunk_bytes
+    buffer = bytearray()
     while not state.stopped and rel < stop_rel:
-        data = os.pread(fd, min(want, rng.file_size - rel), rel)
+        size = min(want, rng.file_size - rel)
+        data: bytes | memoryview
+        if reuse:
+            if len(buffer) < size:  # a new one: the old may still be exported to a view
+                buffer = bytearray(size)
+            data = memoryview(buffer)[: os.preadv(fd, [memoryview(buffer)[:size]], rel)]
+        else:
+            data = os.pread(fd, size, rel)
         positions = array("i")
         limit = min(len(data) - SIZE_MAGIC.size, stop_rel - rel - 1)
         end = _chain(data, limit, positions)
@@ -463,7 +483,12 @@ def _walk(fd: int, rng: ScanRange, rel: int, state: WalkState, chunk_bytes: int)
 
 
 def _cut(
-    data: bytes, positions: array[int], end: int, rel: int, file_size: int, chunk_bytes: int
+    data: bytes | memoryview,
+    positions: array[int],
+    end: int,
+    rel: int,
+    file_size: int,
+    chunk_bytes: int,
 ) -> tuple[int, int, str, int]:
     """Where the records of a chain end: (count, end offset in data, reason or "", next read size).
 
