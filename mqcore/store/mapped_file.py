@@ -232,12 +232,19 @@ class MappedFile:
             StoreClosedError: the file was closed.
         """
         mm = self._writable_map()
-        src = memoryview(data).cast("B")
+        # bytes (the CommitLog's joined records) are copied as they are; anything else is
+        # viewed as unsigned bytes first, so nbytes counts bytes whatever its item format.
+        src: Buffer
+        if isinstance(data, bytes):
+            src, nbytes = data, len(data)
+        else:
+            view = memoryview(data).cast("B")
+            src, nbytes = view, view.nbytes
         pos = self.wrote_position
-        end = pos + src.nbytes
+        end = pos + nbytes
         if end > self.file_size:
             raise SegmentFullError(
-                f"{self.path}: {src.nbytes} bytes do not fit at {pos} of {self.file_size}"
+                f"{self.path}: {nbytes} bytes do not fit at {pos} of {self.file_size}"
             )
         mm[pos:end] = src
         self.wrote_position = end  # publish only after the bytes are in place
