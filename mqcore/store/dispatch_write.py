@@ -1,8 +1,8 @@
 """Reput's writes for one dispatch batch: ConsumeQueue units, index keys, then listeners.
 
-Two forms of the same step, leaving the same files (``test_store_fast_paths.py``):
-:func:`write_rows` for the plain tuples of ``dispatch_scan.py`` (no per-record listener),
-column by column, and :func:`write_requests` for ``DispatchRequest`` objects (a per-record
+Three forms of the same step, leaving the same files (``test_store_fast_paths.py``):
+:func:`write_columns` for the columns of ``dispatch_scan.py`` (no per-record listener: reput's
+path), :func:`write_rows` for its plain tuples, column by column, and :func:`write_requests` for ``DispatchRequest`` objects (a per-record
 listener is registered). Both write every unit of the batch before any listener runs (the
 long polls' no-lost-wake-up rule, ``mqcore.broker.long_poll``), then hand the arrivals
 listeners one mapping for the batch (``arrivals.py``). The caller holds the reput lock.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mqcore.store.arrivals import arrivals_of_columns, arrivals_of_requests
-from mqcore.store.dispatch_scan import Row
+from mqcore.store.dispatch_scan import Columns, Row
 from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexColumns
 from mqcore.store.record_layout import (
@@ -59,6 +59,28 @@ def write_rows(store: MessageStore, rows: list[Row]) -> None:
         )
     if store.arrivals_listeners and q_topics:
         arrivals = arrivals_of_columns(q_topics, q_ids, q_offsets)
+        for arrivals_listener in store.arrivals_listeners:
+            arrivals_listener(arrivals)
+
+
+def write_columns(store: MessageStore, columns: Columns) -> None:
+    """:func:`write_rows` for the columns of ``dispatch_scan.scan_columns`` (reput's path):
+    the lists go to the ConsumeQueue and the index as they are, with no rows in between."""
+    sys_flags = columns.sys_flags
+    if not sys_flags:
+        return
+    if any(map(_PREPARED.__and__, sys_flags)):  # some take no queue unit: rare, as rows
+        write_rows(store, columns.rows())
+        return
+    topics, queue_ids, queue_offsets, phys_offsets, sizes, tags_codes, store_timestamps, keys, uniq_keys, _ = columns.lists()  # fmt: skip
+    store.queues.put_columns(topics, queue_ids, phys_offsets, sizes, tags_codes, queue_offsets)
+    store.checkpoint.logics_msg_timestamp = store_timestamps[-1]
+    if store.config.message_index_enable:
+        store.index.build_index_many(
+            IndexColumns(topics, phys_offsets, store_timestamps, uniq_keys, keys, sys_flags)
+        )
+    if store.arrivals_listeners:
+        arrivals = arrivals_of_columns(topics, queue_ids, queue_offsets)
         for arrivals_listener in store.arrivals_listeners:
             arrivals_listener(arrivals)
 

@@ -423,6 +423,11 @@ class IndexFile:
         stop = min(len(key_hashes), start + self._max_entries - index)
         if stop <= start:
             return 0
+        if index <= _FIRST_INDEX and stop - start > index_bulk.BULK_MIN:
+            # A new file's first entry sets its begin fields (every later time diff depends
+            # on them): that one through the loop, the rest in bulk.
+            self.put_entries(key_hashes[: start + 1], phys_offsets[: start + 1], store_timestamps[: start + 1], start)  # fmt: skip
+            return 1 + self.put_entries(key_hashes, phys_offsets, store_timestamps, start + 1)
         if index > _FIRST_INDEX and stop - start >= index_bulk.BULK_MIN:
             if self._put_bulk(key_hashes[start:stop], phys_offsets[start:stop], store_timestamps[start:stop]):  # fmt: skip
                 return stop - start

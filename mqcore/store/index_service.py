@@ -453,21 +453,17 @@ class IndexService:
         prefix_hash = self._prefix_hashes.get(topic)
         if prefix_hash is None:
             prefix_hash = self._cache_prefix(topic)
-        keys_flat: list[str | None] = [None] * (2 * count)  # UNIQ_KEY, then the key
-        keys_flat[0::2] = uniq_keys
-        keys_flat[1::2] = keys
+        # UNIQ_KEYs and business keys hashed as two columns (each of one length, as a rule:
+        # index_hashes_with_prefix's best case), then interleaved: UNIQ_KEY, then the key.
+        prefixes = [prefix_hash] * count
+        hashes: list[int] = [0] * (2 * count)
+        hashes[0::2] = index_hashes_with_prefix(prefixes, uniq_keys)  # type: ignore[arg-type]  # None ruled out above
+        hashes[1::2] = index_hashes_with_prefix(prefixes, keys)  # type: ignore[arg-type]
         doubled: list[int] = [0] * (2 * count)
         doubled[0::2] = doubled[1::2] = phys_offsets
         timestamps: list[int] = [0] * (2 * count)
         timestamps[0::2] = timestamps[1::2] = store_timestamps
-        return self._write_keys(
-            f,
-            [prefix_hash] * (2 * count),
-            keys_flat,  # type: ignore[arg-type]  # None ruled out above
-            doubled,
-            timestamps,
-            phys_offsets[-1],
-        )
+        return self._write_hashes(f, hashes, doubled, timestamps, phys_offsets[-1])
 
     def _write_keys(
         self,
@@ -480,7 +476,23 @@ class IndexService:
     ) -> int:
         """Hash and write the keys of a run of messages (the last at ``last_phys_offset``)
         from the writable file ``f`` on, rolling as :meth:`build_index` would."""
-        hashes = index_hashes_with_prefix(prefixes, keys_flat)
+        return self._write_hashes(
+            f,
+            index_hashes_with_prefix(prefixes, keys_flat),
+            phys_offsets,
+            timestamps,
+            last_phys_offset,
+        )
+
+    def _write_hashes(
+        self,
+        f: IndexFile,
+        hashes: list[int],
+        phys_offsets: list[int],
+        timestamps: list[int],
+        last_phys_offset: int,
+    ) -> int:
+        """:meth:`_write_keys` with the keys already hashed."""
         done = 0
         while done < len(hashes):
             written = f.put_entries(hashes, phys_offsets, timestamps, done)

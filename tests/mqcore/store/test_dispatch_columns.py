@@ -1,0 +1,179 @@
+"""Reput's column walk (``dispatch_scan.scan_columns`` / ``dispatch_columns``) gives exactly
+the rows of the one-record-at-a-time walk (``iter_dispatch``), on long runs of the usual
+records broken by every kind of record off the column path, and the batch properties parse
+(``_properties_of_run``) decodes every run as ``_properties_of`` decodes each record."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from mqcore.clock import FakeClock
+from mqcore.message import Message
+from mqcore.store import MessageStore, StoreConfig
+from mqcore.store.commit_log import CommitLog
+from mqcore.store.dispatch_scan import (
+    Columns,
+    DispatchRow,
+    _properties_of,
+    _properties_of_run,
+    dispatch_columns,
+    scan_columns,
+)
+from mqcore.store.format import DispatchRequest
+from mqcore.store.msgid import HostAddress
+
+T0 = 1_700_000_000_000
+CONFIG = StoreConfig(commitlog_file_size=1024 * 1024)
+USUAL = ("orders", "payments", "orders-eu")  # two topic lengths, interleaved in stretches
+
+
+def walk_requests(
+    log: CommitLog, start: int, end: int, budget: int
+) -> tuple[list[DispatchRow], int]:
+    rows: list[DispatchRow] = []
+    for item in log.iter_dispatch(start, end, budget, log.delay_levels_ms):
+        if isinstance(item, int):
+            return rows, item
+        assert isinstance(item, DispatchRequest)
+        rows.append(
+            DispatchRow(
+                item.topic,
+                item.queue_id,
+                item.queue_offset,
+                item.phys_offset,
+                item.size,
+                item.tags_code,
+                item.store_timestamp,
+                item.keys,
+                item.uniq_key,
+                item.sys_flag,
+            )  # fmt: skip
+        )
+    raise AssertionError("iter_dispatch ends with an int")
+
+
+def odd_message(rng: random.Random, i: int) -> Message:
+    """A record off the column path, or one whose properties the batch parse refuses."""
+    kind = rng.randrange(7)
+    if kind == 0:
+        return Message("orders", b"v6", keys=f"k{i}", born_host=HostAddress("2001:db8::5", 2))
+    if kind == 1:
+        return Message("SCHEDULE_TOPIC_XXXX", b"s", tags="A", properties={"DELAY": "2"})
+    if kind == 2:
+        return Message("orders", b"u", tags="A", keys=f"k{i}", properties={"x": "y"})
+    if kind == 3:
+        return Message("orders", b"n", keys=f"k{i}")  # no TAGS
+    if kind == 4:
+        return Message("orders", b"t", tags="a\x01b", keys=f"k{i}")  # \x01 in a value
+    if kind == 5:
+        return Message("orders", b"m", tags="Tág", keys=[f"ключ{i}", "b"])  # UTF-8, 2 keys
+    return Message("%RETRY%" + "g" * 150, b"v2", tags="A", keys=f"k{i}")  # a V2 topic
+
+
+def fill(store: MessageStore, count: int, odd_every: int, seed: int) -> None:
+    rng = random.Random(seed)
+    topic = USUAL[0]
+    for i in range(count):
+        if rng.random() < 0.02:
+            topic = rng.choice(USUAL)
+        if odd_every and rng.randrange(odd_every) == 0:
+            message = odd_message(rng, i)
+        else:
+            message = Message(
+                topic,
+                rng.randbytes(rng.choice([1, 60, 300])),
+                tags=rng.choice(["TagA", "TagBB"]),
+                keys=f"ORDER-{i:08d}",
+                born_timestamp=T0 + i,
+                born_host=HostAddress("10.0.0.1", 1),
+                sys_flag=rng.choice([0, 0, 0, 0x4, 0x8, 0xC]),
+            )
+        store.put_message(message, queue_id=rng.randrange(2))
+
+
+@pytest.mark.parametrize(("odd_every", "seed"), [(0, 1), (700, 2), (40, 3), (3, 4)])
+def test_columns_walk_the_log_as_iter_dispatch_does(
+    tmp_path: Path, odd_every: int, seed: int
+) -> None:
+    with MessageStore(tmp_path, CONFIG, clock=FakeClock(T0)) as store:
+        store.add_listener(lambda r: None)  # keep reput away while filling
+        fill(store, 3000, odd_every, seed)
+        log = store.commit_log
+        end = log.max_offset
+        rng = random.Random(seed)
+        for budget in [1 << 30, 4096, 100_000] + [rng.randrange(1, 400_000) for _ in range(6)]:
+            start = 0
+            while True:  # the walk in reput's steps, from wherever each one stopped
+                columns, reached = dispatch_columns(log, start, end, budget, log.delay_levels_ms)
+                rows, expected = walk_requests(log, start, end, budget)
+                assert [DispatchRow(*row) for row in columns.rows()] == rows
+                assert reached == expected
+                if reached in (start, end):
+                    break
+                start = reached
+
+
+def test_columns_stop_where_the_record_walk_stops(tmp_path: Path) -> None:
+    """A torn tail (bytes of a record not all there) and a limit inside a record."""
+    with MessageStore(tmp_path, CONFIG, clock=FakeClock(T0)) as store:
+        store.add_listener(lambda r: None)
+        fill(store, 600, 0, 7)
+        log = store.commit_log
+        segment = log.segments.find(0)
+        assert segment is not None
+        buf = bytes(segment.buffer[: log.max_offset])
+        for limit in (len(buf), len(buf) - 1, len(buf) // 2, 1000, 90):
+            out = Columns()
+            reached = scan_columns(buf, 0, limit, limit, log.delay_levels_ms, out)
+            rows, expected = walk_requests(log, 0, limit, 1 << 30)
+            assert [DispatchRow(*row) for row in out.rows()] == rows
+            assert reached == (expected, False)
+
+
+def canonical(tags: str, keys: str, uniq: str) -> bytes:
+    return f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}\x02".encode()
+
+
+ODD_PROPERTIES = [
+    b"",
+    b"TAGS\x01a\x02KEYS\x01b\x02UNIQ_KEY\x01c",  # no trailing separator
+    b"TAGS\x01a\x02KEYS\x01b\x02",  # two pairs
+    b"TAGS\x01a\x02KEYS\x01b\x02UNIQ_KEY\x01c\x02x\x01y\x02",  # four
+    b"KEYS\x01b\x02TAGS\x01a\x02UNIQ_KEY\x01c\x02",  # another order
+    b"TAGS\x01\x02KEYS\x01b\x02UNIQ_KEY\x01c\x02",  # an empty value
+    b"TAGS\x01a\x01z\x02KEYS\x01b\x02UNIQ_KEY\x01c\x02",  # \x01 in a value
+    b"TAGS\x01\xff\x02KEYS\x01b\x02UNIQ_KEY\x01c\x02",  # not UTF-8
+    b"TAGS\x01\xe2\x82\x02KEYS\x01b\x02UNIQ_KEY\x01c\x02",  # a cut UTF-8 sequence
+    b"\x02TAGS\x01a\x02KEYS\x01b\x02UNIQ_KEY\x01c\x02",  # a leading empty segment
+    b"TAGS\x01a\x02\x02KEYS\x01b\x02UNIQ_KEY\x01c\x02",  # an empty segment inside
+    b"TAGZ\x01a\x02KEYS\x01b\x02UNIQ_KEY\x01c\x02",  # another name
+    canonical("Tág", "ключ", "u"),  # valid UTF-8, not ASCII
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_run_parse_matches_the_per_record_parse(seed: int) -> None:
+    rng = random.Random(seed)
+    run = [canonical(f"T{i % 3}", f"k-{i}", f"U{i:032d}") for i in range(rng.randrange(1, 60))]
+    for _ in range(rng.randrange(3)):  # some runs stay all canonical
+        run.insert(rng.randrange(len(run) + 1), rng.choice(ODD_PROPERTIES))
+    if rng.random() < 0.3:  # records whose bytes only line up once joined
+        cut = rng.randrange(1, len(run[0]))
+        run[0:1] = [run[0][:cut], run[0][cut:]]
+    tags, keys, uniq_keys = _properties_of_run(run)
+    expected = [_properties_of(raw) for raw in run]
+    assert list(zip(tags, keys, uniq_keys, strict=True)) == expected
+
+
+def test_run_parse_finds_records_that_only_line_up_once_joined() -> None:
+    """Joined on \x02, these two records read as two canonical records, but the first ends
+    inside its TAGS pair: each record's own parse must win."""
+    run = [b"TAGS\x01a", b"KEYS\x01b\x02UNIQ_KEY\x01c\x02\x02" + canonical("d", "e", "f")]
+    assert list(zip(*_properties_of_run(run), strict=True)) == [
+        ("a", None, None),
+        ("d", "e", "f"),
+    ]
+    assert [_properties_of(raw) for raw in run] == [("a", None, None), ("d", "e", "f")]
