@@ -48,7 +48,7 @@ from mqcore.store.format import (
 )
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
-from mqcore.store.plain_batch import PlainContext, encode_plain
+from mqcore.store.plain_batch import encode_plain
 from mqcore.store.record_layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -211,9 +211,18 @@ class CommitLog:
         segment.store_timestamp_ms = store_timestamp
         return appended
 
-    def append_plain(self, msgs: Sequence[Message], ctx: PlainContext) -> list[PutResult] | None:
+    def append_plain(
+        self,
+        msgs: Sequence[Message],
+        queue_id: int,
+        uniq_head: str,
+        uniq_first: int,
+        now_ms: int,
+        default_born_host: HostAddress,
+    ) -> list[PutResult] | None:
         """Append a plain batch (``plain_batch.py``) contiguously in one segment, under the
-        put lock: the same bytes and offsets as :meth:`append`. Thread-safe.
+        put lock: the same bytes and offsets as :meth:`append`. The arguments besides
+        ``msgs`` are :func:`encode_plain`'s. Thread-safe.
 
         Returns:
             The PutResults (status PUT_OK), or None when the batch is not plain (nothing
@@ -223,33 +232,43 @@ class CommitLog:
             MessageIllegalError: as :meth:`append` (too big for a segment, or an integer
                 field outside its width); nothing is written then.
         """
-        key = (msgs[0].topic, ctx.queue_id)
+        key = (msgs[0].topic, queue_id)
+        max_body = self.config.max_message_size
+        store_host = self.store_host
         with self.put_lock:
             segment = self.segments.last_or_create(0)
             store_timestamp = self.clock.now_ms()
             queue_offset = self.queue_offsets.get(key, 0)
             phys_offset = segment.base_offset + segment.wrote_position
-            batch = encode_plain(msgs, ctx, phys_offset, queue_offset, store_timestamp)
+            batch = encode_plain(
+                msgs, queue_id, uniq_head, uniq_first, now_ms, max_body, default_born_host,
+                store_host, phys_offset, queue_offset, store_timestamp,
+            )  # fmt: skip
             if batch is None:
                 return None
-            if batch.total + END_FILE_MIN_BLANK_LENGTH > segment.remaining:
-                if batch.total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            parts, results, total, next_queue_offset = batch
+            if total + END_FILE_MIN_BLANK_LENGTH > segment.remaining:
+                if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
                     raise MessageIllegalError(
                         "messages",
                         "max_batch_bytes",
-                        f"messages: {batch.total} bytes do not fit in one CommitLog segment "
+                        f"messages: {total} bytes do not fit in one CommitLog segment "
                         f"of {self.file_size} bytes",
                     )
                 segment.fill_to_end(encode_blank(segment.remaining))
                 segment = self.segments.last_or_create(0)
                 phys_offset = segment.base_offset + segment.wrote_position
                 # Encoding is deterministic: the same records at the new position.
-                batch = encode_plain(msgs, ctx, phys_offset, queue_offset, store_timestamp)
+                batch = encode_plain(
+                    msgs, queue_id, uniq_head, uniq_first, now_ms, max_body, default_born_host,
+                    store_host, phys_offset, queue_offset, store_timestamp,
+                )  # fmt: skip
                 assert batch is not None
-            segment.append(b"".join(batch.parts))
-            self.queue_offsets[key] = batch.next_queue_offset
+                parts, results, total, next_queue_offset = batch
+            segment.append(b"".join(parts))
+            self.queue_offsets[key] = next_queue_offset
             segment.store_timestamp_ms = store_timestamp
-        return batch.results
+        return results
 
     def flush(self, least_pages: int) -> bool:
         """One flush pass (spec 6.2). Thread-safe: flushes are serialised.

@@ -42,7 +42,7 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Buffer, Iterator
+from collections.abc import Buffer, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -167,6 +167,8 @@ class MappedFile:
         self._holders = 0
         self._available = True
         self._shutdown_at_ms = 0
+        #: Where the mapping starts in memory, found on the first ``populate``.
+        self._address: int | None = None
 
     def __repr__(self) -> str:
         return (
@@ -345,6 +347,32 @@ class MappedFile:
         if mm is None:
             raise StoreClosedError(f"{self.path} is closed")
         return mm
+
+    def populate(
+        self, madvise: Callable[[int, int, int], int], advice: int, start: int, end: int
+    ) -> bool:
+        """``madvise(advice)`` on the pages of ``[start, end)`` (``prefault.py``: populate
+        ahead of the writer without writing a byte), under a ``hold()`` so the mapping cannot
+        be unmapped meanwhile. Thread-safe.
+
+        Returns:
+            False if the file is closed or being destroyed, or madvise failed.
+        """
+        if self.readonly or not 0 <= start < end <= self.file_size or not self.hold():
+            return False
+        try:
+            address = self._address
+            if address is None:
+                mm = self._mm
+                if mm is None:
+                    return False
+                from mqcore.store.prefault import map_address  # ctypes only when used
+
+                address = self._address = map_address(mm)
+            start -= start % mmap.PAGESIZE  # madvise wants a page-aligned start
+            return madvise(address + start, end - start, advice) == 0
+        finally:
+            self.release()
 
     # -- flushing ---------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any, NamedTuple
+from typing import Any
 
 from mqcore.errors import MessageIllegalError, ValidationError
 from mqcore.message import Message
@@ -41,14 +41,10 @@ from mqcore.store.record_layout import (
 )
 from mqcore.store.results import PutResult, PutStatus
 
-
-class EncodedBatch(NamedTuple):
-    """A plain batch encoded at a given CommitLog position (:func:`encode_plain`)."""
-
-    parts: list[bytes]  # b"".join(parts) is the records
-    results: list[PutResult]  # status PUT_OK
-    total: int  # bytes
-    next_queue_offset: int
+EncodedBatch = tuple[list[bytes], list[PutResult], int, int]
+"""A plain batch encoded at a given CommitLog position (:func:`encode_plain`): the parts
+(``b"".join(parts)`` is the records), the PutResults (status PUT_OK), the total bytes and
+the next queue offset. A bare tuple: a NamedTuple costs ~0.3 us a batch to build."""
 
 
 _HEX4: list[str] | None = None
@@ -90,22 +86,15 @@ def new_put_result() -> Any:
     return _PutResultBuilder()
 
 
-class PlainContext(NamedTuple):
-    """What :func:`encode_plain` needs besides the messages and the position. (A NamedTuple:
-    built once per batch in ~0.2 us, a frozen dataclass in ~1.5 us.)"""
-
-    queue_id: int
-    uniq_head: str  # from UniqKeyGenerator.reserve(len(msgs))
-    uniq_first: int
-    max_body: int
-    now_ms: int  # BORNTIMESTAMP of messages without one
-    default_born_host: HostAddress
-    store_host: HostAddress
-
-
 def encode_plain(
     msgs: Sequence[Message],
-    ctx: PlainContext,
+    queue_id: int,
+    uniq_head: str,
+    uniq_first: int,
+    now_ms: int,
+    max_body: int,
+    default_born_host: HostAddress,
+    store_host: HostAddress,
     phys_offset: int,
     queue_offset: int,
     store_timestamp: int,
@@ -114,6 +103,10 @@ def encode_plain(
     from ``phys_offset``, the first taking ``queue_offset``: the checks, properties, CRC,
     header and PutResult of each message in one loop. Deterministic, so the caller can run
     it again at the next segment when the batch does not fit.
+
+    ``uniq_head`` and ``uniq_first`` come from ``UniqKeyGenerator.reserve(len(msgs))``;
+    ``now_ms`` is the BORNTIMESTAMP of messages without one. (Plain arguments rather than a
+    context object: building one cost ~0.2-0.5 us a batch.)
 
     Returns:
         The batch, or None when it is not plain (module docstring): nothing was changed.
@@ -130,15 +123,10 @@ def encode_plain(
         except MessageIllegalError:
             return None
     topic_field, magic, fixed_sizes = cached
-    store = _host_bytes(ctx.store_host)
+    store = _host_bytes(store_host)
     if store is None:
         return None
     store_bits = 2 if len(store) == IPV6_HOST_SIZE else 0
-    queue_id = ctx.queue_id
-    max_body = ctx.max_body
-    now_ms = ctx.now_ms
-    default_born_host = ctx.default_born_host
-    uniq_head = ctx.uniq_head
     plen = _PLEN
     crc32 = zlib.crc32
     not_v6_mask = ~HOST_V6_FLAGS
@@ -160,7 +148,7 @@ def encode_plain(
     results: list[Any] = []
     start = phys_offset
     try:
-        for m, uniq_tail in zip(msgs, _uniq_tails(ctx.uniq_first, len(msgs)), strict=True):
+        for m, uniq_tail in zip(msgs, _uniq_tails(uniq_first, len(msgs)), strict=True):
             body = m.body
             body_length = len(body)
             if (
@@ -249,7 +237,7 @@ def encode_plain(
     for r, offset_msg_id in zip(results, create_offset_msg_ids(store, starts), strict=True):
         r.offset_msg_id = offset_msg_id
         r.__class__ = PutResult
-    return EncodedBatch(parts, results, phys_offset - start, queue_offset)
+    return parts, results, phys_offset - start, queue_offset
 
 
 _NO_HOST = object()

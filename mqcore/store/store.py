@@ -29,7 +29,7 @@ from types import TracebackType
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import StoreClosedError
 from mqcore.message import Message, MessageExt
-from mqcore.store import dispatch_write, queries, roles
+from mqcore.store import dispatch_scan, dispatch_write, queries, roles
 from mqcore.store.arrivals import ArrivalsListener
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.commit_log import CommitLog, PendingRecord
@@ -41,7 +41,8 @@ from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexService
 from mqcore.store.lockfile import StoreLock
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator, create_offset_msg_id
-from mqcore.store.plain_batch import PlainContext, new_put_result
+from mqcore.store.plain_batch import new_put_result
+from mqcore.store.prefault import Prefaulter, start_prefaulter
 from mqcore.store.progress import Progress, Slot, publish_config
 from mqcore.store.properties import (
     PROPERTY_UNIQ_KEY,
@@ -72,6 +73,9 @@ DEFAULT_BORN_HOST = HostAddress("127.0.0.1", 0)
 
 #: Records dispatched per batch by ``reput_once`` (ConsumeQueue and index writes batched).
 _DISPATCH_BATCH = 1024
+#: The same for reput's column path (``dispatch_write.write_columns``), whose writes cost
+#: a fixed amount per batch more than per record.
+_COLUMNS_BATCH = 4096
 #: Topic names that passed ``validate_topic`` are remembered (up to this many) to skip the regex.
 _VALID_TOPICS_MAX = 10_000
 
@@ -156,6 +160,8 @@ class MessageStore:
         self.appended = threading.Event()
         self._uniq = UniqKeyGenerator(clock=self.clock)
         self._valid_topics: set[str] = set()
+        #: The writer's pre-fault thread (``prefault.py``), while open.
+        self._prefault: Prefaulter | None = None
         self._open = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -179,6 +185,8 @@ class MessageStore:
         except BaseException:
             self._release_locks()
             raise
+        if self.writable:  # the CommitLog writer: after recovery, before any put
+            self._prefault = start_prefaulter(self.commit_log.segments, self.config)
         self._open = True
         return self
 
@@ -267,6 +275,9 @@ class MessageStore:
         """Dispatch what is left, flush everything, remove ``abort`` and unlock."""
         if not self._open:
             return
+        prefault, self._prefault = self._prefault, None
+        if prefault is not None:
+            prefault.stop()  # before the segments are closed
         if self.role != "standalone":
             self._close_shared()
             return
@@ -362,6 +373,11 @@ class MessageStore:
         pending = [self._prepare(m, queue_id) for m in msgs]
         appended = self.commit_log.append([p for p, _, _ in pending])
         roles.publish_append(self)
+        prefault = self._prefault
+        if prefault is not None:
+            last = appended[-1]
+            if last.phys_offset + last.size > prefault.trigger:
+                prefault.wake()
         self.appended.set()
         status = PutStatus.PUT_OK
         if self.config.flush == "sync" and any(wait for _, _, wait in pending):
@@ -392,26 +408,22 @@ class MessageStore:
         """The plain-batch path (``plain_batch.py``), or None to take the general one."""
         if msgs[0].topic not in self._valid_topics:
             return None  # the general path validates it (and remembers it)
-        config = self.config
         head, first = self._uniq.reserve(len(msgs))
-        ctx = PlainContext(
-            queue_id,
-            head,
-            first,
-            config.max_message_size,
-            self.clock.now_ms(),
-            DEFAULT_BORN_HOST,
-            config.store_host,
+        results = self.commit_log.append_plain(
+            msgs, queue_id, head, first, self.clock.now_ms(), DEFAULT_BORN_HOST
         )
-        results = self.commit_log.append_plain(msgs, ctx)
         if results is None:
             return None
-        roles.publish_append(self)
+        last = results[-1]
+        end = last.phys_offset + last.wrote_bytes
+        roles.publish_append(self, end)
+        prefault = self._prefault
+        if prefault is not None and end > prefault.trigger:
+            prefault.wake()
         if not self.appended.is_set():  # set() takes the Event's lock even when it is set
             self.appended.set()
-        if config.flush == "sync":  # plain messages carry no WAIT=false
-            last = results[-1]
-            if not self.commit_log.flush_until(last.phys_offset + last.wrote_bytes):
+        if self.config.flush == "sync":  # plain messages carry no WAIT=false
+            if not self.commit_log.flush_until(end):
                 results = [replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results]
             roles.publish_append(self)
             self.appended.set()  # reput may now dispatch up to the new flushed offset
@@ -551,15 +563,20 @@ class MessageStore:
             else:
                 end = self.commit_log.confirm_offset
             count = 0
-            if not self._listeners:  # rows, not requests: ``dispatch_scan.py``
-                rows, reached = self.commit_log.dispatch_rows(
-                    self.reput_offset, end, max_bytes, self.delay_levels_ms
+            if not self._listeners:  # columns, not requests: ``dispatch_scan.py``
+                columns, reached = dispatch_scan.dispatch_columns(
+                    self.commit_log, self.reput_offset, end, max_bytes, self.delay_levels_ms
                 )
-                for start in range(0, len(rows), _DISPATCH_BATCH):
-                    self._dispatch_rows(rows[start : start + _DISPATCH_BATCH])
+                dispatched = len(columns)
+                if dispatched <= _COLUMNS_BATCH:
+                    dispatch_write.write_columns(self, columns)
+                else:
+                    for start in range(0, dispatched, _COLUMNS_BATCH):
+                        part = columns.slice(start, start + _COLUMNS_BATCH)
+                        dispatch_write.write_columns(self, part)
                 self.reput_offset = reached
                 roles.publish_reput(self)
-                return len(rows)
+                return dispatched
             batch: list[DispatchRequest] = []
             for item in self.commit_log.iter_dispatch(
                 self.reput_offset, end, max_bytes, self.delay_levels_ms

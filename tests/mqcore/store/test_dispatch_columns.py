@@ -6,8 +6,10 @@ records broken by every kind of record off the column path, and the batch proper
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mqcore.clock import FakeClock
@@ -15,10 +17,15 @@ from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.dispatch_scan import (
+    _BLANK,
+    _HEADER_DTYPE,
     Columns,
     DispatchRow,
+    Row,
     _properties_of,
     _properties_of_run,
+    _Run,
+    _scan_records,
     dispatch_columns,
     scan_columns,
 )
@@ -177,3 +184,114 @@ def test_run_parse_finds_records_that_only_line_up_once_joined() -> None:
         ("d", "e", "f"),
     ]
     assert [_properties_of(raw) for raw in run] == [("a", None, None), ("d", "e", "f")]
+
+
+# --- runs of one record size (the guessed stride walk, properties joined with numpy) ---------
+
+#: Properties of one length in every shape of a stretch: the usual layout, a \x01 inside TAGS'
+#: value, and one more pair (both refused by the joined parse, so parsed record by record).
+SHAPES = (
+    {"tags": "TagA"},
+    {"tags": "T\x01gA"},
+    {"tags": "TagA", "properties": {"x": "y"}},
+)
+#: Two topics of one length: told apart by their bytes.
+STRETCH_TOPICS = (*USUAL, "orders-us")
+
+
+def fill_stretches(store: MessageStore, count: int, odd_every: int, seed: int) -> None:
+    """Stretches of records of one size and one properties length (a producer's messages),
+    each of its own size, topic and shape; some records off the column path in between."""
+    rng = random.Random(seed)
+    i = 0
+    while i < count:
+        topic = rng.choice(STRETCH_TOPICS)
+        body = rng.randbytes(rng.choice([1, 60, 300]))
+        shape = rng.choice(SHAPES) if rng.random() < 0.3 else SHAPES[0]
+        sys_flag = rng.choice([0, 0, 0, 0x8])
+        for _ in range(rng.choice([1, 5, 40, 700, 1500])):
+            if odd_every and rng.randrange(odd_every) == 0:
+                message = odd_message(rng, i)
+            else:
+                message = Message(
+                    topic,
+                    body,
+                    keys=f"ORDER-{i % 10**8:08d}",
+                    born_timestamp=T0 + i,
+                    born_host=HostAddress("10.0.0.1", 1),
+                    sys_flag=sys_flag,
+                    **shape,
+                )
+            store.put_message(message, queue_id=rng.randrange(2))
+            i += 1
+
+
+@pytest.mark.parametrize(("odd_every", "seed"), [(0, 11), (0, 12), (900, 13), (60, 14)])
+def test_stretches_of_one_size_walk_as_iter_dispatch_does(
+    tmp_path: Path, odd_every: int, seed: int
+) -> None:
+    with MessageStore(tmp_path, CONFIG, clock=FakeClock(T0)) as store:
+        store.add_listener(lambda r: None)  # keep reput away while filling
+        fill_stretches(store, 6000, odd_every, seed)
+        log = store.commit_log
+        end = log.max_offset
+        assert len(log.segments.files) > 1  # stretches cross segment ends too
+        rng = random.Random(seed)
+        for budget in [1 << 30, 50_000] + [rng.randrange(1, 400_000) for _ in range(4)]:
+            start = 0
+            while True:
+                columns, reached = dispatch_columns(log, start, end, budget, log.delay_levels_ms)
+                rows, expected = walk_requests(log, start, end, budget)
+                assert [DispatchRow(*row) for row in columns.rows()] == rows
+                assert reached == expected
+                if reached in (start, end):
+                    break
+                start = reached
+
+
+def test_one_size_stretch_cut_by_the_limit_anywhere(tmp_path: Path) -> None:
+    """The guessed stride never walks past ``stop`` or ``limit``, wherever they fall: the
+    columns end where the record-at-a-time walk ends."""
+    with MessageStore(tmp_path, CONFIG, clock=FakeClock(T0)) as store:
+        store.add_listener(lambda r: None)
+        for i in range(1200):
+            store.put_message(Message("orders", b"x" * 40, tags="TagA", keys=f"K{i:06d}"))
+        log = store.commit_log
+        segment = log.segments.find(0)
+        assert segment is not None
+        buf = bytes(segment.buffer[: log.max_offset])
+        size = int.from_bytes(buf[:4], "big")
+        rng = random.Random(5)
+        cuts = [len(buf), len(buf) - 1, size * 512, size * 512 + 1, size * 513 - 1, 90, 91]
+        for limit in cuts + [rng.randrange(len(buf)) for _ in range(30)]:
+            for stop in (limit, limit // 2, max(limit - size, 0)):
+                out = Columns()
+                reached = scan_columns(buf, 0, stop, limit, log.delay_levels_ms, out)
+                rows: list[Row] = []
+                pos, ended = _scan_records(buf, 0, stop, limit, log.delay_levels_ms, rows, 1 << 20)
+                assert reached == (pos, ended == _BLANK)
+                assert out.rows() == rows
+
+
+def joined(
+    properties: list[bytes],
+) -> tuple[Sequence[str | None], Sequence[str | None], Sequence[str | None]] | None:
+    """``_Run.joined_properties`` of records made of these PROPERTIES bytes only."""
+    window = np.frombuffer(b"".join(properties), np.uint8)
+    ends = np.cumsum([len(raw) for raw in properties], dtype=np.int64)
+    run = _Run(window, np.zeros(len(properties), _HEADER_DTYPE), ends)
+    run.properties_pos = ends - np.array([len(raw) for raw in properties], np.int64)
+    return run.joined_properties()
+
+
+def test_joined_properties_of_one_length() -> None:
+    usual = [canonical("TagA", f"K{i:04d}", f"U{i:032d}") for i in range(9)]
+    columns = joined(usual)
+    assert columns is not None
+    assert list(zip(*columns, strict=True)) == [_properties_of(raw) for raw in usual]
+    assert joined([usual[0], usual[1][:-1] + b"x"]) is None  # not the usual layout
+    assert joined([usual[0], usual[1] + b"x"]) is None  # not one length
+    # Joined, these two read as two usual records, but the first ends inside its TAGS pair.
+    second = b"KEYS\x01b\x02UNIQ_KEY\x01c\x02\x02" + canonical("d", "e", "f")
+    first = b"TAGS\x01" + b"a" * (len(second) - 5)
+    assert joined([first, second]) is None
