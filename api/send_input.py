@@ -16,6 +16,11 @@ the whole batch are checked together, by a few scans of their joined text, after
 are handed on as one space-separated string (``OutgoingMessage.keys`` allows it, and the
 serializer's :func:`~api.serializers.messages.message_from` does the same): the ``KEYS``
 property the store writes, which the broker then needs neither to join nor to measure.
+
+The usual batch itself (every message a text body, maybe with keys) does not even need
+OutgoingMessages: :func:`round_robin_messages` makes the store messages the broker would make
+of them, for ``Broker.send_plain_round_robin`` (``tests/api/test_send_round_robin.py``
+compares the two); it accepts a subset of what :func:`plain_messages` accepts.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import Any
 
 from api.serializers.common import INT32_MAX
 from mqcore.broker.types import OutgoingMessage
+from mqcore.message import Message
+from mqcore.store.msgid import HostAddress
 
 #: The fields of ``MessageInSerializer``; any other key makes the body "not plain".
 FIELDS = frozenset(
@@ -111,6 +118,76 @@ def plain_messages(data: Any, max_messages: int) -> list[OutgoingMessage] | None
         m.flag = 0
         m.born_timestamp = None
         m.__class__ = OutgoingMessage
+        append(m)
+    if batch_keys and not _keys_plain(batch_keys):
+        return None
+    return out
+
+
+# round_robin_messages sets every field of a Message itself: one added there must be added here.
+assert tuple(Message.__slots__) == (
+    "topic", "body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host",
+    "reconsume_times", "sys_flag", "delay_level",
+)  # fmt: skip
+_new_message = Message.__new__
+
+
+def round_robin_messages(
+    data: Any, max_messages: int, topic: str, born_host: HostAddress | None
+) -> list[Message] | None:
+    """The messages of a body whose every message is the usual one (a text body, maybe
+    keys; every other field absent) as the store messages ``Broker.send`` would make of
+    :func:`plain_messages`' OutgoingMessages, for ``Broker.send_plain_round_robin``; None
+    for any other body (then :func:`plain_messages` decides). The same checks as
+    :func:`plain_messages`' usual path, and no OutgoingMessage for the broker to copy."""
+    if data.__class__ is not dict or len(data) != 1:
+        return None
+    items = data.get("messages")
+    if items.__class__ is not list or not 0 < len(items) <= max_messages:
+        return None
+    out: list[Message] = []
+    append = out.append
+    batch_keys: list[Any] = []  # every key of the batch, checked by _keys_plain at the end
+    add_keys = batch_keys.extend
+    new_message = _new_message
+    message_class = Message
+    for item in items:
+        if item.__class__ is not dict:
+            return None
+        size = len(item)
+        if size == 1:
+            keys = ""
+        elif size == 2:
+            got: Any = item.get("keys", ())
+            if got.__class__ is not list or len(got) > _MAX_KEYS:
+                return None
+            add_keys(got)
+            try:
+                keys = " ".join(got)  # checked below (a key with a space is no key)
+            except TypeError:  # a key that is not text
+                return None
+        else:
+            return None
+        body = item.get("body")  # absent when the other field is not "body"
+        if body.__class__ is not str or not body:
+            return None
+        # Message(topic, body, keys=keys, born_host=born_host) without the dataclass
+        # __init__ (keyword handling), as mqcore.broker.sending._plain_message makes it.
+        m = new_message(message_class)
+        try:
+            m.body = body.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        m.topic = topic
+        m.tags = None
+        m.keys = keys
+        m.properties = None
+        m.flag = 0
+        m.born_timestamp = None
+        m.born_host = born_host
+        m.reconsume_times = 0
+        m.sys_flag = 0
+        m.delay_level = 0
         append(m)
     if batch_keys and not _keys_plain(batch_keys):
         return None

@@ -8,8 +8,9 @@ another request; it costs one parked thread per waiting request, for at most
 ``CAIRN_API["MAX_WAIT_MS"]`` (30 s).
 
 A send validates its body with :mod:`api.send_input` first (the serializer only for bodies
-that are not plainly valid, so errors are the serializer's) and writes its audit row with
-one INSERT (:func:`api.audit.record_quickly`); its response is written by
+that are not plainly valid, so errors are the serializer's; the usual batch, text bodies and
+keys only, goes to ``Broker.send_plain_round_robin`` as store messages) and writes its audit
+row with one INSERT (:func:`api.audit.record_quickly`); its response is written by
 :mod:`api.send_output` (the bytes DRF's renderer would write, without a dict per message).
 """
 
@@ -26,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import audit
-from api.send_input import plain_messages
+from api.send_input import plain_messages, round_robin_messages
 from api.send_output import send_response_json
 from api.serializers.messages import (
     MessageDetailQuerySerializer,
@@ -45,6 +46,7 @@ from api.serializers.messages import (
 from api.views.base import BrokerView
 from api.views.schema import GROUP, MSG_ID, READ, SEND_EXAMPLE, TOPIC, responses
 from cairn import archive
+from mqcore.broker.types import OutgoingMessage
 from mqcore.errors import NotFoundError
 from mqcore.errors import ValidationError as MQValidationError
 from mqcore.store.msgid import HostAddress
@@ -90,14 +92,22 @@ class TopicMessagesView(BrokerView):
     )
     def post(self, request: Request, topic: str) -> HttpResponse:
         # The well-formed body without DRF's per-field machinery; anything else (and every
-        # error) through the serializer (api.send_input).
-        outgoing = plain_messages(request.data, int(settings.CAIRN_API["MAX_BATCH_MESSAGES"]))
-        if outgoing is None:
-            data = self.body(SendSerializer)
-            outgoing = [message_from(m) for m in data["messages"]]
-        if len(outgoing) == 1:  # mqcore names a lone message's fields without the index
+        # error) through the serializer (api.send_input). The usual batch (text bodies and
+        # keys only) goes round robin as store messages: no OutgoingMessage to copy.
+        max_messages = int(settings.CAIRN_API["MAX_BATCH_MESSAGES"])
+        host = born_host(request)
+        plain = round_robin_messages(request.data, max_messages, topic, host)
+        outgoing: list[OutgoingMessage] = []
+        if plain is None:
+            outgoing = plain_messages(request.data, max_messages) or [
+                message_from(m) for m in self.body(SendSerializer)["messages"]
+            ]
+        if len(plain or outgoing) == 1:  # mqcore names a lone message's fields without the index
             self.mq_field_aliases = {name: f"messages[0].{name}" for name in _MESSAGE_FIELDS}
-        results = self.broker.send(topic, outgoing, born_host=born_host(request))
+        if plain is not None:
+            results = self.broker.send_plain_round_robin(topic, plain)
+        else:
+            results = self.broker.send(topic, outgoing, born_host=host)
         audit.record_quickly(
             request,
             "message.send",

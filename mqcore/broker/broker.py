@@ -47,9 +47,11 @@ from mqcore.broker.sending import (
     QueueSelector,
     place_messages,
     place_plain_batch,
+    place_plain_round_robin,
     resolve_topic,
     store_placed,
     store_plain_batch,
+    store_plain_round_robin,
 )
 from mqcore.broker.stats import RateCounter
 from mqcore.broker.tags import TagFilter, parse_tag_expression
@@ -332,6 +334,41 @@ class Broker(BrokerAdmin):
         if self.config.dispatch_on_send:
             self.store.dispatch_until_caught_up()
         return result
+
+    def send_plain_round_robin(self, topic: str, messages: Sequence[Message]) -> list[SendResult]:
+        """Store plain messages (as :meth:`send_plain`) spread round robin over the topic's
+        queues: what :meth:`send` does with the same messages as ``OutgoingMessage`` without
+        ``queue_id`` and ``sharding_key`` (same checks and errors, queues, offsets and
+        CommitLog order), without its per-message conversions (the REST API's usual batch).
+
+        Returns:
+            One SendResult per message, in order.
+
+        Raises:
+            As :meth:`send`; ValueError for a message that is not plain.
+        """
+        self._check_accepting()
+        config = resolve_topic(
+            self.metadata,
+            topic,
+            auto_create=self.config.auto_create_topics,
+            default_queue_nums=self.config.default_topic_queue_nums,
+        )
+        first = place_plain_round_robin(
+            config,
+            messages,
+            selector=self._selector,
+            uniq=self._uniq,
+            max_message_size=self.store.config.max_message_size,
+            max_batch_bytes=self.config.max_batch_bytes,
+        )
+        results = store_plain_round_robin(
+            self.store, messages, first, config.write_queue_nums, self._broker_name
+        )
+        self._puts.add(len(results))
+        if self.config.dispatch_on_send:
+            self.store.dispatch_until_caught_up()
+        return results
 
     def deliver_internal(self, placed: Sequence[Placed]) -> list[SendResult]:
         """Store already-validated messages (the broker's own services: delay delivery,

@@ -33,10 +33,12 @@ A send is stored with one put per queue (:func:`store_placed`). Messages without
 properties and without a delay level carry no properties dict and get their ``UNIQ_KEY``
 from the store, which then encodes them in its plain-batch loop; their properties are still
 checked here, so the whole send fails or none of it. A front end that builds such plain
-messages itself (the Kafka listener's produce) sends one queue's batch through
-:func:`place_plain_batch` and :func:`store_plain_batch` (``Broker.send_plain``): the same
-rules and errors, without the ``OutgoingMessage`` → ``Message`` → ``Placed`` →
-``SendResult`` objects per message.
+messages itself sends them without the ``OutgoingMessage`` → ``Message`` → ``Placed``
+objects per message, with the same rules and errors: one queue's batch (the Kafka
+listener's produce) through :func:`place_plain_batch` and :func:`store_plain_batch`
+(``Broker.send_plain``), a batch without explicit queues or sharding keys (the REST API's
+usual send) round robin through :func:`place_plain_round_robin` and
+:func:`store_plain_round_robin` (``Broker.send_plain_round_robin``).
 
 Delay hook (spec 9, ``HookUtils.handleScheduleMessage``): a message with delay level > 0 is
 stored in ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC``/``REAL_QID`` holding
@@ -336,7 +338,49 @@ def place_plain_batch(
     check_writable(config)
     if not messages:
         raise ValidationError("messages", "empty", "messages: send at least one message")
+    _check_plain(config.topic_name, messages, uniq, max_message_size, max_batch_bytes)
+
+
+def place_plain_round_robin(
+    config: TopicConfig,
+    messages: Sequence[Message],
+    *,
+    selector: QueueSelector,
+    uniq: UniqKeyGenerator,
+    max_message_size: int,
+    max_batch_bytes: int,
+) -> int:
+    """Validate plain messages (as :func:`place_plain_batch`) that go round robin: no
+    explicit queue and no sharding key (the REST API's usual batch). :func:`place_messages`'s
+    rules, order and errors for the same messages sent as ``OutgoingMessage``; their
+    round-robin positions are taken where it takes them (before the per-message checks).
+
+    Returns:
+        The first position: message ``i`` goes to queue ``(first + i) % writeQueueNums``
+        (:func:`store_plain_round_robin`).
+
+    Raises:
+        As :func:`place_plain_batch`.
+    """
+    check_writable(config)
+    if not messages:
+        raise ValidationError("messages", "empty", "messages: send at least one message")
     topic = config.topic_name
+    first = selector.reserve(topic, len(messages))
+    _check_plain(topic, messages, uniq, max_message_size, max_batch_bytes)
+    return first
+
+
+def _check_plain(
+    topic: str,
+    messages: Sequence[Message],
+    uniq: UniqKeyGenerator,
+    max_message_size: int,
+    max_batch_bytes: int,
+) -> None:
+    """:func:`place_messages`'s per-message rules (body, properties) and the batch's body
+    bytes, for plain messages of ``topic``."""
+    batch = len(messages) > 1
     id_placeholder = ""
     total = 0
     for i, m in enumerate(messages):
@@ -381,6 +425,65 @@ def store_plain_batch(
         if put.status is not PutStatus.PUT_OK and put.status is not PutStatus.FLUSH_DISK_TIMEOUT:
             _send_result(_placed(message, queue_id), put, broker_name)  # raises
     return result
+
+
+def store_plain_round_robin(
+    store: MessageStore,
+    messages: Sequence[Message],
+    first: int,
+    write_queue_nums: int,
+    broker_name: str,
+) -> list[SendResult]:
+    """Put a batch checked by :func:`place_plain_round_robin` from round-robin position
+    ``first``: what :func:`store_placed` does with the same messages placed by
+    :func:`place_messages` (one put per queue, queues in the order they first appear, the
+    same offsets and CommitLog order), without grouping message by message: the messages
+    of the ``j``-th queue are ``messages[j::writable]``. Raises on a refused put.
+
+    Returns:
+        One SendResult per message, in the order given.
+    """
+    writable = max(1, write_queue_nums)
+    results: list[Any] = [None] * len(messages)
+    for j in range(min(len(messages), writable)):
+        queue_id = (first + j) % writable
+        group = messages[j::writable]
+        puts = store.put_messages(group, queue_id)
+        results[j::writable] = _plain_results(group, puts, queue_id, broker_name)
+    return results
+
+
+def _plain_results(
+    messages: Sequence[Message], puts: Sequence[PutResult], queue_id: int, broker_name: str
+) -> list[SendResult]:
+    """The SendResults of one put of plain messages (stored where they belong)."""
+    # One put's results share a status (one lock, one flush): mapped once, from the first;
+    # a result that differs goes through _send_result all the same.
+    put_status = puts[0].status
+    status = _send_status(puts[0])
+    topic = messages[0].topic
+    new_result = _SendResultBuilder
+    results: list[Any] = []
+    append = results.append
+    r: Any
+    for message, put in zip(messages, puts, strict=True):
+        if put.status is not put_status:
+            append(_send_result(_placed(message, queue_id), put, broker_name))
+            continue
+        # _send_result's SendResult, inline: this loop runs for every message of a batch.
+        r = new_result()
+        r.status = status
+        r.msg_id = put.msg_id
+        r.offset_msg_id = put.offset_msg_id
+        r.topic = topic
+        r.queue_id = queue_id
+        r.queue_offset = put.queue_offset
+        r.broker_name = broker_name
+        r.store_timestamp = put.store_timestamp
+        r.delayed = False
+        r.__class__ = SendResult
+        append(r)
+    return results
 
 
 def _to_message(
@@ -509,33 +612,66 @@ def store_placed(
         only = placed[0]
         (put,) = store.put_messages([only.message], only.store_queue_id)
         return [_send_result(only, put, broker_name)]
-    groups: dict[tuple[str, int], list[int]] = {}
+    # Keyed by the stored queue id alone for the first message's stored topic (a send's
+    # topic: every message but the delayed ones), by (topic, queue id) for any other: no
+    # tuple per message in the usual batch. The two kinds of key never compare equal.
+    topic = placed[0].message.topic
+    groups: dict[object, list[int]] = {}
     for index, p in enumerate(placed):
-        key = (p.message.topic, p.store_queue_id)
+        key: object = p.store_queue_id
+        if p.message.topic != topic:
+            key = (p.message.topic, key)
         group = groups.get(key)
         if group is None:
             groups[key] = [index]
         else:
             group.append(index)
-    results: list[SendResult | None] = [None] * len(placed)
-    for (_, queue_id), indexes in groups.items():
-        puts = store.put_messages([placed[i].message for i in indexes], queue_id)
+    results: list[Any] = [None] * len(placed)
+    new_result = _SendResultBuilder
+    r: Any
+    for indexes in groups.values():
+        first = placed[indexes[0]]
+        puts = store.put_messages([placed[i].message for i in indexes], first.store_queue_id)
+        # One put's results share a status (one lock, one flush): mapped once, from the
+        # first; a result that differs goes through _send_result all the same.
+        put_status = puts[0].status
+        status = _send_status(puts[0])
         for i, put in zip(indexes, puts, strict=True):
-            results[i] = _send_result(placed[i], put, broker_name)
-    return results  # type: ignore[return-value]  # every index was filled
+            p = placed[i]
+            if put.status is not put_status:
+                results[i] = _send_result(p, put, broker_name)
+                continue
+            # _send_result's SendResult, inline: this loop runs for every message of a batch.
+            r = new_result()
+            r.status = status
+            r.msg_id = put.msg_id
+            r.offset_msg_id = put.offset_msg_id
+            r.topic = p.real_topic
+            r.queue_id = p.real_queue_id
+            r.queue_offset = put.queue_offset
+            r.broker_name = broker_name
+            r.store_timestamp = put.store_timestamp
+            r.delayed = p.delayed
+            r.__class__ = SendResult
+            results[i] = r
+    return results
+
+
+def _send_status(put: PutResult) -> SendStatus:
+    """The SendStatus of a stored message; raises for a put the store refused."""
+    if put.status is PutStatus.PUT_OK:
+        return SendStatus.SEND_OK
+    if put.status is PutStatus.FLUSH_DISK_TIMEOUT:
+        return SendStatus.FLUSH_DISK_TIMEOUT
+    if put.status is PutStatus.SERVICE_NOT_AVAILABLE:
+        raise StoreNotWritableError("the store does not accept writes now (SERVICE_NOT_AVAILABLE)")
+    if put.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+        raise MessageIllegalError("message", "illegal", f"the store refused the message: {put}")
+    raise StoreError(f"the store could not write the message ({put.status})")
 
 
 def _send_result(placed: Placed, put: PutResult, broker_name: str) -> SendResult:
-    if put.status is PutStatus.PUT_OK:
-        status = SendStatus.SEND_OK
-    elif put.status is PutStatus.FLUSH_DISK_TIMEOUT:
-        status = SendStatus.FLUSH_DISK_TIMEOUT
-    elif put.status is PutStatus.SERVICE_NOT_AVAILABLE:
-        raise StoreNotWritableError("the store does not accept writes now (SERVICE_NOT_AVAILABLE)")
-    elif put.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
-        raise MessageIllegalError("message", "illegal", f"the store refused the message: {put}")
-    else:
-        raise StoreError(f"the store could not write the message ({put.status})")
+    status = _send_status(put)
     r: Any = _SendResultBuilder()
     r.status = status
     r.msg_id = put.msg_id
