@@ -35,7 +35,9 @@ class ListenerConfig:
             (Kafka's ``num.partitions`` default is 1).
         initial_rebalance_delay_ms: ``group.initial.rebalance.delay.ms``.
         max_frame_bytes: largest request (Kafka's ``socket.request.max.bytes``).
-        max_fetch_records: most records one Fetch returns per partition.
+        max_fetch_records: most records one Fetch returns per partition (a bound on one
+            Fetch's work; high enough that ``partition_max_bytes``, librdkafka's 1 MiB,
+            decides for records of 60 bytes or more).
         fetch_cache_bytes: produced batches kept to answer fetches without a store
             read (``batch_cache.py``); 0 turns the cache off.
         tick_interval_s: how often the group coordinator's timers are checked.
@@ -51,7 +53,7 @@ class ListenerConfig:
     default_partitions: int = 1
     initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    max_fetch_records: int = 4096
+    max_fetch_records: int = 16_384
     fetch_cache_bytes: int = 64 * 1024 * 1024
     tick_interval_s: float = 0.05
 

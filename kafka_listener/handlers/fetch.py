@@ -7,11 +7,18 @@ reads the store and rebuilds one uncompressed record batch v2 from the stored re
 base offset = the first record's queue offset, deltas from it, producer fields -1, fresh
 CRC-32C. Offsets in the local store are read as raw record views with
 :meth:`Broker.pull_records` (no group: Kafka fetches are group-less) and encoded from their
-bytes (``view_records.py``); with a tiered reader, or below the local min offset, through
-:meth:`Broker.pull` and ``mapping.message_to_record`` (the tier serves cold offsets). Both
-give the same bytes for the same records. A partition gets at least its first batch or
-message even past ``partition_max_bytes`` (KIP-74), then more up to that limit and up to
-the request's ``max_bytes`` overall. A cached zstd batch is served to Fetch v10+ only
+bytes (``view_records.ViewBatch``); with a tiered reader, or below the local min offset,
+through :meth:`Broker.pull` and ``mapping.message_to_record`` (the tier serves cold
+offsets). Both give the same bytes for the same records. A partition gets at least its
+first batch or message even past ``partition_max_bytes`` (KIP-74), then more up to that
+limit (counted in Kafka bytes on the local path: as many records as the client allows, not
+as many as fit in that many store bytes) and up to the request's ``max_bytes`` overall.
+
+Read-ahead (``read_ahead.py``): after a local store read that stopped before the end of
+the queue, the batch from where it stopped, with the same limits, is built in a background
+thread; the consumer's next Fetch takes it (waiting for it if need be) after a one-record
+check that the store still holds the same record at its first offset. The broker builds
+while the client receives and handles the previous answer. A cached zstd batch is served to Fetch v10+ only
 (older versions cannot carry zstd); others read the store.
 
 Long poll: when nothing is found and ``max_wait_ms`` > 0, the handler waits in
@@ -33,21 +40,23 @@ answer then), or -1 when there is none.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import threading
+import weakref
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mqcore.broker.broker import Broker
 from mqcore.broker.types import PullStatus
 from mqcore.errors import MQError, NotFoundError, ValidationError
 from mqcore.message import MessageExt
-from mqcore.store.record_views import RecordView
 
 from .. import mapping
 from ..batch_cache import BatchCache, CachedBatch
 from ..compression import Compression
 from ..errors import ErrorCode, error_code_for
+from ..read_ahead import ReadAhead
 from ..records import encode_batch
-from ..view_records import views_to_records
+from ..view_records import ViewBatch
 from .context import Call, KafkaContext
 from .topics import kafka_topic
 
@@ -57,6 +66,13 @@ _READ_ERRORS: dict[type[BaseException], ErrorCode] = {
 }
 _UNIQ_KEY = "UNIQ_KEY"
 ZSTD_FETCH_VERSION = 10  # Kafka refuses zstd batches to older Fetch versions
+# A store record is larger than its Kafka record (about 130 bytes of header, topic and
+# properties against about 10), so a pull for N Kafka bytes may read more store bytes.
+_STORE_BYTES_PER_KAFKA_BYTE = 4
+# Each listener's read-ahead (``read_ahead.py``), made on its first Fetch; by id() since a
+# KafkaContext is not hashable, removed (and its thread stopped) when the context goes.
+_READ_AHEAD: dict[int, ReadAhead[_Local]] = {}
+_READ_AHEAD_LOCK = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -85,7 +101,12 @@ class _CacheUse:
 
 
 def _read(
-    broker: Broker, part: _Part, budget: int, max_records: int, cache: _CacheUse | None
+    broker: Broker,
+    part: _Part,
+    budget: int,
+    max_records: int,
+    cache: _CacheUse | None,
+    ahead: ReadAhead[_Local] | None = None,
 ) -> None:
     """Read one partition into ``part`` (records bounded by ``budget`` bytes)."""
     if part.store_topic is None:
@@ -103,47 +124,115 @@ def _read(
     limit = max(1, min(part.max_bytes, budget))
     if cache is not None and _read_cached(broker, part, limit, max_records, cache):
         return
+    topic, partition, offset = part.store_topic, part.partition, part.offset
     try:
-        if broker.reader is broker.store and part.offset >= broker.store.min_offset(
-            part.store_topic, part.partition
-        ):
-            _read_local(broker, part, limit, max_records)
+        if broker.reader is broker.store and offset >= broker.store.min_offset(topic, partition):
+            local = None
+            if ahead is not None:
+                local = _take_ahead(broker, ahead, topic, partition, offset, limit, max_records)
+            if local is None:
+                local = _read_local(broker, topic, partition, offset, limit, max_records)
+            part.error, part.records = local.error, local.records if not local.error else None
+            part.high_watermark, part.log_start = local.high_watermark, local.log_start
+            if ahead is not None and local.records and local.next_offset < local.high_watermark:
+                start = local.next_offset
+                ahead.start(
+                    (topic, partition, start),
+                    limit,
+                    lambda: _read_local(broker, topic, partition, start, limit, max_records),
+                )
         else:
             _read_pulled(broker, part, limit, max_records)
     except MQError as exc:
         part.error = error_code_for(exc, _READ_ERRORS)
 
 
-def _read_local(broker: Broker, part: _Part, limit: int, max_records: int) -> None:
+@dataclass(frozen=True, slots=True)
+class _Local:
+    """A store-path read of one partition: the batch (``b""``: none) and the pulls' view."""
+
+    records: bytes
+    error: int
+    high_watermark: int
+    log_start: int
+    first_phys: int  # CommitLog position of the batch's first record (-1: no records)
+    next_offset: int  # the offset after the batch's last record
+    count: int  # records in the batch
+
+
+def _read_local(
+    broker: Broker, topic: str, partition: int, offset: int, limit: int, max_records: int
+) -> _Local:
     """Read the local store as raw record views (``Broker.pull_records``) and encode the
-    batch from their bytes (``view_records.py``): no MessageExt per record."""
-    assert part.store_topic is not None
-    views: list[RecordView] = []
-    offset = part.offset
-    used = 0
+    batch from their bytes (``view_records.ViewBatch``): no MessageExt per record.
+
+    The batch is filled up to ``limit`` Kafka bytes (the client's allowance), pulling the
+    store chunk by chunk; each pull asks for at most ``_STORE_BYTES_PER_KAFKA_BYTE`` times
+    the Kafka bytes still free, so a pull of large records stays bounded.
+
+    Raises:
+        MQError: from the pulls (unknown topic, partition out of range, no permission).
+    """
+    batch = ViewBatch(limit)
+    pull_count = broker.config.max_pull_count
+    first_phys = -1
+    start = offset
     while True:
-        count = min(broker.config.max_pull_count, max_records - len(views))
-        status, result = broker.pull_records(
-            part.store_topic, part.partition, offset, count, max(1, limit - used)
-        )
-        part.high_watermark = result.max_offset
-        part.log_start = result.min_offset
+        count = min(pull_count, max_records - batch.count)
+        if batch.count:  # records are alike: pull about as many as still fit, plus one
+            count = min(count, (limit - batch.size) * batch.count // batch.body_size + 1)
+        store_bytes = max(1, (limit - batch.size) * _STORE_BYTES_PER_KAFKA_BYTE)
+        status, result = broker.pull_records(topic, partition, offset, count, store_bytes)
         if status is PullStatus.OFFSET_ILLEGAL:
-            part.error = ErrorCode.OFFSET_OUT_OF_RANGE
-            return
+            error = ErrorCode.OFFSET_OUT_OF_RANGE
+            return _Local(b"", error, result.max_offset, result.min_offset, -1, start, 0)
         records = result.records
         if not records:
             break
-        views += records
-        used += sum(len(v.raw) for v in records)
-        offset = result.next_offset
-        if used >= limit or len(views) >= max_records or len(records) < count:
+        if first_phys < 0:
+            first_phys = records[0].phys_offset
+        taken = batch.add(records)
+        # The first record not taken, or where the pull ended.
+        offset = records[taken].queue_offset if taken < len(records) else result.next_offset
+        if taken < len(records) or batch.count >= max_records or offset >= result.max_offset:
             break
-    if not views:
-        part.records = b""
-        return
-    base = views[0].queue_offset
-    part.records = encode_batch(views_to_records(views, base), base_offset=base)
+    data = batch.finish() if batch.count else b""
+    return _Local(data, 0, result.max_offset, result.min_offset, first_phys, offset, batch.count)
+
+
+def _take_ahead(
+    broker: Broker,
+    ahead: ReadAhead[_Local],
+    topic: str,
+    partition: int,
+    offset: int,
+    limit: int,
+    max_records: int,
+) -> _Local | None:
+    """The read-ahead batch at this offset, if one was built, fits this read's limits and
+    the store still holds the same records there (same CommitLog position of the first
+    one); else None. Waits for a build under way."""
+    future = ahead.take((topic, partition, offset))
+    if future is None or future.cancel():  # not started (behind other builds): read now
+        return None
+    try:
+        built = future.result()
+    except Exception:  # noqa: BLE001 - cancelled or failed: the foreground read reports it
+        return None
+    # Built for the previous request's limits: usable if it fits this one's (a smaller
+    # batch than this request allows is still a right answer).
+    if built.error or not built.records or len(built.records) > limit:
+        return None
+    if built.count > max_records:
+        return None
+    # The one-record check, through the pull's own permission and range checks; it also
+    # gives the current watermarks.
+    status, check = broker.pull_records(topic, partition, offset, 1, 1)
+    if status is PullStatus.OFFSET_ILLEGAL or not check.records:
+        return None
+    if check.records[0].phys_offset != built.first_phys:
+        return None
+    return replace(built, high_watermark=check.max_offset, log_start=check.min_offset)
 
 
 def _read_pulled(broker: Broker, part: _Part, limit: int, max_records: int) -> None:
@@ -216,16 +305,34 @@ def _read_cached(broker: Broker, part: _Part, limit: int, max_records: int, use:
     return True
 
 
+def _read_ahead_of(ctx: KafkaContext) -> ReadAhead[_Local]:
+    key = id(ctx)
+    with _READ_AHEAD_LOCK:
+        ahead = _READ_AHEAD.get(key)
+        if ahead is None:
+            ahead = _READ_AHEAD[key] = ReadAhead()
+            weakref.finalize(ctx, _drop_read_ahead, key)
+        return ahead
+
+
+def _drop_read_ahead(key: int) -> None:
+    with _READ_AHEAD_LOCK:
+        ahead = _READ_AHEAD.pop(key, None)
+    if ahead is not None:
+        ahead.close()
+
+
 def _read_all(ctx: KafkaContext, parts: list[_Part], max_bytes: int, version: int) -> int:
     """Read every partition; returns the record bytes found. Runs in a worker thread."""
     cache = ctx.batch_cache
     use = _CacheUse(cache, version >= ZSTD_FETCH_VERSION) if cache.max_bytes > 0 else None
+    ahead = _read_ahead_of(ctx)
     total = 0
     for part in parts:
         part.error = 0
         part.records = None
         budget = max_bytes - total if total else max_bytes  # the first data always fits
-        _read(ctx.broker, part, budget, ctx.config.max_fetch_records, use)
+        _read(ctx.broker, part, budget, ctx.config.max_fetch_records, use, ahead)
         total += part.size
     return total
 

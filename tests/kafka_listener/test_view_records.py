@@ -11,9 +11,9 @@ import pytest
 from kafka_listener import mapping
 from kafka_listener.handlers import KafkaContext, ListenerConfig, supported_versions
 from kafka_listener.record_codec import Record
-from kafka_listener.records import encode_batch
+from kafka_listener.records import decode_batches, encode_batch
 from kafka_listener.schemas import ApiKey
-from kafka_listener.view_records import _fast, views_to_records
+from kafka_listener.view_records import ViewBatch, _fast, views_to_records
 from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.types import OutgoingMessage
@@ -136,3 +136,76 @@ def test_fetch_from_the_store_gives_the_pull_paths_bytes(broker: Broker) -> None
     expected = encode_batch([mapping.message_to_record(m, 2) for m in messages], base_offset=2)
     assert part["error_code"] == 0 and part["high_watermark"] == len(KAFKA_RECORDS) + 4
     assert part["records"] == expected
+
+
+def _kafka_produced(broker: Broker, count: int, max_value: int = 500) -> None:
+    """Records as a Kafka producer stores them: keyless and keyed, UNIQ_KEY property."""
+    records = [
+        Record(
+            i,
+            1_700_000_000_000 + (i * 7) % 20_000,  # deltas past the varint table, and back
+            None if i % 3 else b"k%d" % i,
+            b"v" * (i % max_value + 1),
+        )
+        for i in range(count)
+    ]
+    broker.send("t", [mapping.record_to_message(r, 0) for r in records])
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_view_batch_equals_encode_batch(broker: Broker, chunk: int) -> None:
+    _stored(broker)
+    _kafka_produced(broker, 40)
+    _, got = broker.pull_records("t", 0, 0, 100, 1 << 20)
+    views = got.records
+    for start in (0, 3, len(KAFKA_RECORDS) + 4):
+        batch = ViewBatch(1 << 20)
+        for i in range(start, len(views), chunk):
+            assert batch.add(views[i : i + chunk]) == len(views[i : i + chunk])
+        base = views[start].queue_offset
+        expected = encode_batch(views_to_records(views[start:], base), base_offset=base)
+        assert batch.count == len(views) - start and batch.size == len(expected)
+        assert batch.finish() == expected
+
+
+def test_view_batch_stops_at_max_bytes(broker: Broker) -> None:
+    _stored(broker)
+    _kafka_produced(broker, 40)
+    _, got = broker.pull_records("t", 0, 0, 100, 1 << 20)
+    views = got.records
+    sizes = [len(encode_batch(views_to_records(views[:n], 0))) for n in range(1, len(views) + 1)]
+    for n, size in enumerate(sizes, 1):
+        for max_bytes in (size, size + 1):
+            batch = ViewBatch(max_bytes)
+            taken = batch.add(views[: n // 2]) + batch.add(views[n // 2 :])
+            assert taken == n  # the next record is more than one byte
+            assert batch.finish() == encode_batch(views_to_records(views[:n], 0))
+    one = ViewBatch(1)  # KIP-74: the first record goes in whatever the limit
+    assert one.add(views) == 1 and one.finish() == encode_batch(views_to_records(views[:1], 0))
+
+
+def test_fetch_fills_partition_max_bytes_in_kafka_bytes(broker: Broker) -> None:
+    """A store path Fetch answers up to partition_max_bytes of batch, pulling as many
+    store chunks as that takes (these store records are about 6 times their Kafka size)."""
+    _kafka_produced(broker, 6000, max_value=20)
+    ctx = KafkaContext(
+        broker,
+        ListenerConfig(port=0, fetch_cache_bytes=0, max_fetch_records=100_000),
+        SystemClock(),
+        versions=supported_versions(),
+    )
+    limit = 100_000
+    try:
+        request = fetch_request("t", 0, 0)
+        request["topics"][0]["partitions"][0]["partition_max_bytes"] = limit
+        part = fetched(call(ctx, ApiKey.FETCH, request))
+    finally:
+        ctx.close()
+    records = part["records"]
+    (batch,) = decode_batches(records)
+    n = len(batch.records)
+    assert limit - 100 < len(records) <= limit  # the next record (< 100 bytes) did not fit
+    assert n > broker.config.max_pull_count  # more than one pull
+    messages = [m for i in range(0, n, 1000) for m in broker.pull(None, "t", 0, i, 1000).messages]
+    messages = messages[:n]
+    assert records == encode_batch([mapping.message_to_record(m, 0) for m in messages])
