@@ -259,21 +259,32 @@ def _fast_columns(
         out["store_host"] = host_texts(head["store_host"].astype(np.int64))
     if "body" in wanted:
         out["body"] = gather(buffer, lay.body_start[rows], lay.body_stop[rows], pa.binary())
-    offset_ids = None
-    if wanted & {"offset_msg_id", "msg_id"}:
-        offset_ids = hex_ids(
-            head["store_host"].astype(np.int64), head["phys_offset"].astype(np.int64)
-        )
-        out["offset_msg_id"] = offset_ids
+    if "offset_msg_id" in wanted:
+        out["offset_msg_id"] = _offset_ids(head)
     if props is not None:
         out["properties"] = props.map
         if "msg_id" in wanted:
-            out["msg_id"] = pc.coalesce(props.lookup("UNIQ_KEY"), offset_ids)
+            uniq = props.lookup("UNIQ_KEY")
+            if uniq.null_count:
+                offset_ids = out.get("offset_msg_id")
+                if offset_ids is None:
+                    offset_ids = _offset_ids(head)
+                uniq = pc.coalesce(uniq, offset_ids)
+            out["msg_id"] = uniq
         if "tags" in wanted:
             out["tags"] = props.lookup("TAGS")
         if "keys" in wanted:
             out["keys"] = split_keys(props.lookup("KEYS"), schema.field("keys").type)
     return out
+
+
+def _offset_ids(head: Any) -> pa.Array:
+    """offsetMsgId: the store host then phys_offset bytes of each header, in hex."""
+    raw = head.view(np.uint8).reshape(len(head), _HEADER)
+    both = np.empty((len(head), 16), np.uint8)
+    both[:, :8] = raw[:, _STOREHOST : _STOREHOST + 8]
+    both[:, 8:] = raw[:, _PHYSOFFSET : _PHYSOFFSET + 8]
+    return hex_ids(both)
 
 
 def decode_chunk(
