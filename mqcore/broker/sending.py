@@ -80,7 +80,7 @@ from mqcore.store.properties import (
     encode_properties,
     is_system_property,
 )
-from mqcore.store.results import PutResult, PutStatus
+from mqcore.store.results import BatchPutResults, PutResult, PutStatus
 from mqcore.store.store import MessageStore
 from mqcore.validation import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -420,6 +420,19 @@ def store_plain_batch(
         The first message's SendResult: the others follow it, one queue offset each.
     """
     puts = store.put_messages(messages, queue_id)
+    if isinstance(puts, BatchPutResults):  # one status for the batch; one offsetMsgId made
+        r: Any = _SendResultBuilder()
+        r.status = _status_of(puts.status, puts)
+        r.msg_id = puts.msg_ids[0]
+        r.offset_msg_id = puts.offset_msg_id_at(0)
+        r.topic = puts.topic
+        r.queue_id = queue_id
+        r.queue_offset = puts.queue_offsets[0]
+        r.broker_name = broker_name
+        r.store_timestamp = puts.store_timestamp
+        r.delayed = False
+        r.__class__ = SendResult
+        return r  # type: ignore[no-any-return]
     result = _send_result(_placed(messages[0], queue_id), puts[0], broker_name)
     for message, put in zip(messages, puts, strict=True):  # one put's statuses agree: check
         if put.status is not PutStatus.PUT_OK and put.status is not PutStatus.FLUSH_DISK_TIMEOUT:
@@ -457,6 +470,8 @@ def _plain_results(
     messages: Sequence[Message], puts: Sequence[PutResult], queue_id: int, broker_name: str
 ) -> list[SendResult]:
     """The SendResults of one put of plain messages (stored where they belong)."""
+    if isinstance(puts, BatchPutResults):
+        return _column_results(puts, broker_name)
     # One put's results share a status (one lock, one flush): mapped once, from the first;
     # a result that differs goes through _send_result all the same.
     put_status = puts[0].status
@@ -480,6 +495,34 @@ def _plain_results(
         r.queue_offset = put.queue_offset
         r.broker_name = broker_name
         r.store_timestamp = put.store_timestamp
+        r.delayed = False
+        r.__class__ = SendResult
+        append(r)
+    return results
+
+
+def _column_results(puts: BatchPutResults, broker_name: str) -> list[SendResult]:
+    """The SendResults of a plain batch's columns (one status, topic and queue)."""
+    status = _status_of(puts.status, puts)
+    topic = puts.topic
+    queue_id = puts.queue_id
+    store_timestamp = puts.store_timestamp
+    new_result = _SendResultBuilder
+    results: list[Any] = []
+    append = results.append
+    r: Any
+    for msg_id, offset_msg_id, queue_offset in zip(
+        puts.msg_ids, puts.offset_msg_ids, puts.queue_offsets, strict=True
+    ):
+        r = new_result()
+        r.status = status
+        r.msg_id = msg_id
+        r.offset_msg_id = offset_msg_id
+        r.topic = topic
+        r.queue_id = queue_id
+        r.queue_offset = queue_offset
+        r.broker_name = broker_name
+        r.store_timestamp = store_timestamp
         r.delayed = False
         r.__class__ = SendResult
         append(r)
@@ -632,6 +675,12 @@ def store_placed(
     for indexes in groups.values():
         first = placed[indexes[0]]
         puts = store.put_messages([placed[i].message for i in indexes], first.store_queue_id)
+        if isinstance(puts, BatchPutResults) and all(
+            _as_stored(placed[i], puts.topic) for i in indexes
+        ):
+            for i, result in zip(indexes, _column_results(puts, broker_name), strict=True):
+                results[i] = result
+            continue
         # One put's results share a status (one lock, one flush): mapped once, from the
         # first; a result that differs goes through _send_result all the same.
         put_status = puts[0].status
@@ -657,17 +706,27 @@ def store_placed(
     return results
 
 
+def _as_stored(p: Placed, topic: str) -> bool:
+    """Whether ``p`` is reported where it is stored (not a delayed message)."""
+    return not p.delayed and p.real_topic == topic and p.real_queue_id == p.store_queue_id
+
+
 def _send_status(put: PutResult) -> SendStatus:
     """The SendStatus of a stored message; raises for a put the store refused."""
-    if put.status is PutStatus.PUT_OK:
+    return _status_of(put.status, put)
+
+
+def _status_of(status: PutStatus, put: object) -> SendStatus:
+    """The SendStatus of a put's ``status``; raises for a put the store refused."""
+    if status is PutStatus.PUT_OK:
         return SendStatus.SEND_OK
-    if put.status is PutStatus.FLUSH_DISK_TIMEOUT:
+    if status is PutStatus.FLUSH_DISK_TIMEOUT:
         return SendStatus.FLUSH_DISK_TIMEOUT
-    if put.status is PutStatus.SERVICE_NOT_AVAILABLE:
+    if status is PutStatus.SERVICE_NOT_AVAILABLE:
         raise StoreNotWritableError("the store does not accept writes now (SERVICE_NOT_AVAILABLE)")
-    if put.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+    if status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
         raise MessageIllegalError("message", "illegal", f"the store refused the message: {put}")
-    raise StoreError(f"the store could not write the message ({put.status})")
+    raise StoreError(f"the store could not write the message ({status})")
 
 
 def _send_result(placed: Placed, put: PutResult, broker_name: str) -> SendResult:

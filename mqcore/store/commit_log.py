@@ -58,7 +58,7 @@ from mqcore.store.record_layout import (
     SYSFLAG_POSITION,
     store_timestamp_position,
 )
-from mqcore.store.results import PutResult
+from mqcore.store.results import BatchPutResults
 from mqcore.store.segments import MappedFileQueue
 
 
@@ -219,7 +219,7 @@ class CommitLog:
         uniq_first: int,
         now_ms: int,
         default_born_host: HostAddress,
-    ) -> list[PutResult] | None:
+    ) -> BatchPutResults | None:
         """Append a plain batch (``plain_batch.py``) contiguously in one segment, under the
         put lock: the same bytes and offsets as :meth:`append`. The arguments besides
         ``msgs`` are :func:`encode_plain`'s. Thread-safe.

@@ -6,8 +6,9 @@ topic). The general path (``MessageStore._prepare`` → ``PendingRecord`` →
 per-message objects and calls rather than on the record. :func:`encode_plain` does it all
 in one flat loop with the same result, byte for byte (``test_plain_batch.py`` compares
 every record with ``encode_record``'s): the checks, ``UNIQ_KEY`` (``UniqKeyGenerator.reserve``:
-one clock read and one lock for the batch), the properties string, the body CRC, the
-header and the PutResult of every message, then the batch's offsetMsgIds in one go
+one clock read and one lock for the batch), the properties string, the body CRC and the
+header of every message; the results are columns (``results.BatchPutResults``: UNIQ_KEYs,
+positions, queue offsets), whose offsetMsgIds are made in one go when first asked for
 (``msgid.create_offset_msg_ids``). ``CommitLog.append_plain`` runs it under the
 put lock, where the offsets and the store time are known, and copies the joined records
 into the segment once.
@@ -24,6 +25,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import fields
+from functools import partial
 from typing import Any
 
 from mqcore.errors import MessageIllegalError, ValidationError
@@ -39,9 +41,9 @@ from mqcore.store.record_layout import (
     cache_host_bytes,
     cache_topic_field,
 )
-from mqcore.store.results import PutResult, PutStatus
+from mqcore.store.results import BatchPutResults, PutResult, PutStatus
 
-EncodedBatch = tuple[list[bytes], list[PutResult], int, int]
+EncodedBatch = tuple[list[bytes], BatchPutResults, int, int]
 """A plain batch encoded at a given CommitLog position (:func:`encode_plain`): the parts
 (``b"".join(parts)`` is the records), the PutResults (status PUT_OK), the total bytes and
 the next queue offset. A bare tuple: a NamedTuple costs ~0.3 us a batch to build."""
@@ -101,7 +103,7 @@ def encode_plain(
 ) -> EncodedBatch | None:
     """Encode ``msgs`` (not empty; the first topic has passed ``validate_topic``) as records
     from ``phys_offset``, the first taking ``queue_offset``: the checks, properties, CRC,
-    header and PutResult of each message in one loop. Deterministic, so the caller can run
+    header and result columns of each message in one loop. Deterministic, so the caller can run
     it again at the next segment when the batch does not fit.
 
     ``uniq_head`` and ``uniq_first`` come from ``UniqKeyGenerator.reserve(len(msgs))``;
@@ -130,8 +132,6 @@ def encode_plain(
     plen = _PLEN
     crc32 = zlib.crc32
     not_v6_mask = ~HOST_V6_FLAGS
-    status = PutStatus.PUT_OK
-    builder = _PutResultBuilder
     # The born host of the previous message and what follows from it (hosts repeat).
     last_host: object = _NO_HOST
     born = b""
@@ -145,7 +145,8 @@ def encode_plain(
     length_fields: list[bytes] = []
     properties_fields: list[bytes] = []
     starts: list[int] = []
-    results: list[Any] = []
+    msg_ids: list[str] = []
+    queue_offsets: list[int] = []
     start = phys_offset
     try:
         for m, uniq_tail in zip(msgs, _uniq_tails(uniq_first, len(msgs)), strict=True):
@@ -211,17 +212,8 @@ def encode_plain(
             length_fields.append(length_field)
             properties_fields.append(properties)
             starts.append(phys_offset)
-            # The PutResult, but for offset_msg_id (made for the whole batch below).
-            r: Any = builder()
-            r.status = status
-            r.topic = topic
-            r.queue_id = queue_id
-            r.msg_id = uniq_key
-            r.phys_offset = phys_offset
-            r.queue_offset = record_queue_offset
-            r.store_timestamp = store_timestamp
-            r.wrote_bytes = size
-            results.append(r)
+            msg_ids.append(uniq_key)
+            queue_offsets.append(record_queue_offset)
             phys_offset += size
     except (MessageIllegalError, UnicodeEncodeError, TypeError):
         return None  # the general path raises it, in its order
@@ -234,9 +226,10 @@ def encode_plain(
     parts[1::5] = bodies
     parts[3::5] = length_fields
     parts[4::5] = properties_fields
-    for r, offset_msg_id in zip(results, create_offset_msg_ids(store, starts), strict=True):
-        r.offset_msg_id = offset_msg_id
-        r.__class__ = PutResult
+    results = BatchPutResults(
+        PutStatus.PUT_OK, topic, queue_id, store_timestamp, msg_ids, starts, queue_offsets,
+        phys_offset, partial(create_offset_msg_ids, store),
+    )  # fmt: skip
     return parts, results, phys_offset - start, queue_offset
 
 

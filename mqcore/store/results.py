@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import overload
 
 from mqcore.message import MessageExt
 
@@ -35,6 +37,140 @@ class PutResult:
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+
+class BatchPutResults(Sequence[PutResult]):
+    """The PutResults of one batch put, kept as columns (the plain-batch path).
+
+    One put stores its messages contiguously with one status, topic, queue and store time;
+    what differs per message is the UNIQ_KEY, the CommitLog position and the queue offset.
+    Keeping those as lists costs the put one list append a message where a PutResult
+    object cost ~10 attribute stores and a GC-tracked allocation; callers that only need
+    the batch (the Kafka listener's produce: the first offset) read the columns, and
+    indexing or iterating gives ordinary PutResults equal to what the general path returns.
+
+    ``offset_msg_ids`` is worked out on first use for the whole batch: it is a function of
+    the store host and the positions (RocketMQ's ``AppendMessageResult`` takes a supplier
+    for it for the same reason).
+    """
+
+    __slots__ = (
+        "status",
+        "topic",
+        "queue_id",
+        "store_timestamp",
+        "msg_ids",
+        "phys_offsets",
+        "queue_offsets",
+        "end",
+        "_offset_msg_ids",
+        "_make_offset_msg_ids",
+    )
+
+    def __init__(
+        self,
+        status: PutStatus,
+        topic: str,
+        queue_id: int,
+        store_timestamp: int,
+        msg_ids: list[str],
+        phys_offsets: list[int],
+        queue_offsets: list[int],
+        end: int,
+        make_offset_msg_ids: Callable[[list[int]], list[str]],
+    ) -> None:
+        self.status = status
+        self.topic = topic
+        self.queue_id = queue_id
+        self.store_timestamp = store_timestamp
+        self.msg_ids = msg_ids  #: UNIQ_KEY per message
+        self.phys_offsets = phys_offsets  #: CommitLog position per message
+        self.queue_offsets = queue_offsets  #: queue offset per message
+        self.end = end  #: CommitLog position after the last record
+        self._offset_msg_ids: list[str] | None = None
+        self._make_offset_msg_ids = make_offset_msg_ids
+
+    @property
+    def offset_msg_ids(self) -> list[str]:
+        """offsetMsgId per message (made for the whole batch on first use)."""
+        ids = self._offset_msg_ids
+        if ids is None:
+            ids = self._offset_msg_ids = self._make_offset_msg_ids(self.phys_offsets)
+        return ids
+
+    def offset_msg_id_at(self, i: int) -> str:
+        """The offsetMsgId of message ``i`` alone (the batch's are not made for it)."""
+        ids = self._offset_msg_ids
+        if ids is not None:
+            return ids[i]
+        return self._make_offset_msg_ids([self.phys_offsets[i]])[0]
+
+    @property
+    def wrote_bytes(self) -> int:
+        """Bytes the batch's records took in the CommitLog."""
+        return self.end - self.phys_offsets[0] if self.phys_offsets else 0
+
+    def __len__(self) -> int:
+        return len(self.msg_ids)
+
+    def _result(self, i: int, offset_msg_id: str) -> PutResult:
+        phys = self.phys_offsets
+        following = phys[i + 1] if i + 1 < len(phys) else self.end
+        return PutResult(
+            self.status,
+            self.topic,
+            self.queue_id,
+            self.msg_ids[i],
+            offset_msg_id,
+            phys[i],
+            self.queue_offsets[i],
+            self.store_timestamp,
+            following - phys[i],
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> PutResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[PutResult]: ...
+    def __getitem__(self, index: int | slice) -> PutResult | list[PutResult]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self.msg_ids)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("put result index out of range")
+        return self._result(index, self.offset_msg_ids[index])
+
+    def __iter__(self) -> Iterator[PutResult]:
+        ids = self.offset_msg_ids
+        return (self._result(i, ids[i]) for i in range(len(self.msg_ids)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        return f"BatchPutResults({list(self)!r})"
+
+    def with_status(self, status: PutStatus) -> BatchPutResults:
+        """The same results with another status (a sync flush that timed out)."""
+        copy = BatchPutResults(
+            status,
+            self.topic,
+            self.queue_id,
+            self.store_timestamp,
+            self.msg_ids,
+            self.phys_offsets,
+            self.queue_offsets,
+            self.end,
+            self._make_offset_msg_ids,
+        )
+        copy._offset_msg_ids = self._offset_msg_ids
+        return copy
 
 
 class GetStatus(StrEnum):

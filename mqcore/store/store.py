@@ -22,7 +22,6 @@ import os
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
@@ -60,7 +59,7 @@ from mqcore.store.record_layout import (
 )
 from mqcore.store.record_views import RecordsResult
 from mqcore.store.recovery import RecoveryReport, recover
-from mqcore.store.results import GetResult, PutResult, PutStatus
+from mqcore.store.results import BatchPutResults, GetResult, PutResult, PutStatus
 from mqcore.store.roles import Role
 from mqcore.store.service_lock import CONTINUOUS_SERVICES, ServiceLocks
 from mqcore.validation import validate_body, validate_properties_size, validate_topic
@@ -359,8 +358,13 @@ class MessageStore:
         """
         return self.put_messages([msg], queue_id)[0]
 
-    def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> list[PutResult]:
-        """Append a batch contiguously under one lock (one segment, consecutive offsets)."""
+    def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> Sequence[PutResult]:
+        """Append a batch contiguously under one lock (one segment, consecutive offsets).
+
+        Returns:
+            One PutResult per message: a list, or for a plain batch (``plain_batch.py``) a
+            :class:`~mqcore.store.results.BatchPutResults` (the same results, as columns).
+        """
         self._check_open()
         if not msgs:
             return []
@@ -404,7 +408,7 @@ class MessageStore:
             results.append(r)
         return results
 
-    def _put_plain(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult] | None:
+    def _put_plain(self, msgs: Sequence[Message], queue_id: int) -> BatchPutResults | None:
         """The plain-batch path (``plain_batch.py``), or None to take the general one."""
         if msgs[0].topic not in self._valid_topics:
             return None  # the general path validates it (and remembers it)
@@ -414,8 +418,7 @@ class MessageStore:
         )
         if results is None:
             return None
-        last = results[-1]
-        end = last.phys_offset + last.wrote_bytes
+        end = results.end
         roles.publish_append(self, end)
         prefault = self._prefault
         if prefault is not None and end > prefault.trigger:
@@ -424,7 +427,7 @@ class MessageStore:
             self.appended.set()
         if self.config.flush == "sync":  # plain messages carry no WAIT=false
             if not self.commit_log.flush_until(end):
-                results = [replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results]
+                results = results.with_status(PutStatus.FLUSH_DISK_TIMEOUT)
             roles.publish_append(self)
             self.appended.set()  # reput may now dispatch up to the new flushed offset
         return results
