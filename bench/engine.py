@@ -14,9 +14,13 @@ single-threaded by design: one put lock, one reput runner):
   the header, a masked ``zlib.crc32`` of the body and three slice copies. No validation, no
   property encoding, no ids, no results: the most any pure-Python writer can do per record
   on this machine, measured in the same run so the ratio is independent of the box.
-* **put single / put batch**: ``MessageStore.put_message`` and ``put_messages`` with
+* **put single / put batch**: ``MessageStore.put_message`` and ``put_batch`` with
   ``flush="async"`` (the put returns once the record is in the page cache; no flush service
-  runs during the measurement). Each message carries ``TAGS`` (one of 8 tags), ``KEYS`` (one
+  runs during the measurement). ``put_batch`` is the broker's batch put: a plain batch's
+  results come back as columns (``BatchPutResults``), its offsetMsgIds made when first read.
+  The **as PutResult objects** row puts the next messages of the same store with
+  ``put_messages``, which returns a list of ``PutResult`` objects (every offsetMsgId made):
+  what those objects cost. Each message carries ``TAGS`` (one of 8 tags), ``KEYS`` (one
   unique business key) and the ``UNIQ_KEY`` the store generates. Message objects are built
   outside the timed region (a producer builds them, not the broker).
 * **reput**: ``dispatch_until_caught_up`` over everything put (ConsumeQueue + IndexFile).
@@ -67,6 +71,7 @@ BORN_HOST = HostAddress("10.1.2.3", 52100)
 CHUNK = 10_000  # messages built per untimed step
 
 TARGET_BATCH_RATIO = 0.50
+OBJECTS_ROW_MAX = 100_000  # messages of the 'as PutResult objects' row
 TARGET_REPUT_PER_S = 300_000
 TARGET_QUERY_P99_MS = 1.0
 
@@ -187,15 +192,17 @@ def checked_bytes(results: Sequence[PutResult]) -> int:
 
 
 def timed_puts(
-    store: MessageStore, body: bytes, start: int, count: int, batch: int
+    store: MessageStore, body: bytes, start: int, count: int, batch: int, objects: bool = False
 ) -> tuple[float, int]:
-    """Put ``count`` messages (one by one when ``batch`` is 1). Returns (seconds, bytes)."""
+    """Put ``count`` messages (one by one when ``batch`` is 1) with ``put_batch``, or with
+    ``put_messages`` (a PutResult object per message) when ``objects``. Returns (seconds,
+    bytes)."""
     born_ms = int(time.time() * 1000)
     seconds = 0.0
     record_bytes = 0
     done = 0
     put_message = store.put_message
-    put_messages = store.put_messages
+    put_batch = store.put_messages if objects else store.put_batch
     while done < count:
         n = min(CHUNK, count - done)
         msgs = make_messages(start + done, n, body, born_ms)
@@ -207,7 +214,7 @@ def timed_puts(
         else:
             groups = [msgs[i : i + batch] for i in range(0, n, batch)]
             t0 = time.perf_counter()
-            batches = [put_messages(g) for g in groups]
+            batches = [put_batch(g) for g in groups]
             seconds += time.perf_counter() - t0
             record_bytes += sum(map(checked_bytes, batches))
         done += n
@@ -289,10 +296,15 @@ def run_store(
         gc.collect()
         seconds, nbytes = timed_puts(store, body, 0, single, 1)
         single_row = Row(f"put single {label}", single, seconds, nbytes, ceiling_row.per_s)
-        seconds, nbytes = timed_puts(store, body, single, total - single, batch)
-        batch_row = Row(
-            f"put batch({batch}) {label}", total - single, seconds, nbytes, ceiling_row.per_s
+        objects = min(OBJECTS_ROW_MAX, (total - single) // 5)
+        batched = total - single - objects
+        seconds, nbytes = timed_puts(store, body, single, batched, batch)
+        batch_row = Row(f"put batch({batch}) {label}", batched, seconds, nbytes, ceiling_row.per_s)
+        seconds, object_bytes = timed_puts(store, body, single + batched, objects, batch, True)
+        objects_row = Row(
+            f"  as PutResults {label}", objects, seconds, object_bytes, ceiling_row.per_s
         )
+        nbytes += object_bytes
         t0 = time.perf_counter()
         dispatched = store.dispatch_until_caught_up()
         reput_seconds = time.perf_counter() - t0
@@ -300,7 +312,7 @@ def run_store(
         reput_row = Row(f"reput {label}", total, reput_seconds, single_row.record_bytes + nbytes)
         latencies = measure_queries(store, total, queries, seed) if queries else []
         pulled = pull_rows(store, pull, batch) if pull else []
-    return StoreRun([single_row, batch_row], reput_row, latencies, total, pulled)
+    return StoreRun([single_row, batch_row, objects_row], reput_row, latencies, total, pulled)
 
 
 def measure_queries(store: MessageStore, stored: int, queries: int, seed: int) -> list[float]:
@@ -355,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--single", type=int, default=100_000, help="of those, how many are put one by one"
     )
-    parser.add_argument("--batch", type=int, default=32, help="messages per put_messages call")
+    parser.add_argument("--batch", type=int, default=32, help="messages per put_batch call")
     parser.add_argument("--queries", type=int, default=20_000, help="key queries to time")
     parser.add_argument(
         "--pull", type=int, default=200_000, help="100-byte messages read back by get_messages"

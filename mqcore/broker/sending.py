@@ -419,7 +419,7 @@ def store_plain_batch(
     Returns:
         The first message's SendResult: the others follow it, one queue offset each.
     """
-    puts = store.put_messages(messages, queue_id)
+    puts = store.put_batch(messages, queue_id)
     if isinstance(puts, BatchPutResults):  # one status for the batch; one offsetMsgId made
         r: Any = _SendResultBuilder()
         r.status = _status_of(puts.status, puts)
@@ -461,7 +461,7 @@ def store_plain_round_robin(
     for j in range(min(len(messages), writable)):
         queue_id = (first + j) % writable
         group = messages[j::writable]
-        puts = store.put_messages(group, queue_id)
+        puts = store.put_batch(group, queue_id)
         results[j::writable] = _plain_results(group, puts, queue_id, broker_name)
     return results
 
@@ -674,7 +674,7 @@ def store_placed(
     r: Any
     for indexes in groups.values():
         first = placed[indexes[0]]
-        puts = store.put_messages([placed[i].message for i in indexes], first.store_queue_id)
+        puts = store.put_batch([placed[i].message for i in indexes], first.store_queue_id)
         if isinstance(puts, BatchPutResults) and all(
             _as_stored(placed[i], puts.topic) for i in indexes
         ):

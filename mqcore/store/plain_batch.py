@@ -24,9 +24,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import fields
 from functools import partial
-from typing import Any
 
 from mqcore.errors import MessageIllegalError, ValidationError
 from mqcore.message import Message
@@ -41,7 +39,7 @@ from mqcore.store.record_layout import (
     cache_host_bytes,
     cache_topic_field,
 )
-from mqcore.store.results import BatchPutResults, PutResult, PutStatus
+from mqcore.store.results import BatchPutResults, PutStatus
 
 EncodedBatch = tuple[list[bytes], BatchPutResults, int, int]
 """A plain batch encoded at a given CommitLog position (:func:`encode_plain`): the parts
@@ -68,24 +66,6 @@ def _plen_table() -> list[bytes]:
 
 _PLEN_TABLE_SIZE = 1024  # plain properties are ~100 bytes: TAGS, KEYS and a 32-char UNIQ_KEY
 _PLEN = _plen_table()
-
-
-class _PutResultBuilder:
-    """Same slots as :class:`PutResult`, assignable; filled, then its ``__class__`` set
-    (identical layouts), giving an ordinary frozen PutResult. A frozen dataclass's
-    ``__init__`` costs ~1.4 us for nine fields, a slot store ~20 ns."""
-
-    __slots__ = PutResult.__slots__
-
-
-assert (
-    _PutResultBuilder.__slots__ == PutResult.__slots__ == tuple(f.name for f in fields(PutResult))
-)
-
-
-def new_put_result() -> Any:
-    """An empty, assignable PutResult: set every field, then ``__class__ = PutResult``."""
-    return _PutResultBuilder()
 
 
 def encode_plain(

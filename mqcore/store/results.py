@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import overload
+from typing import Any, overload
 
 from mqcore.message import MessageExt
 
@@ -37,6 +37,24 @@ class PutResult:
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+
+class _PutResultBuilder:
+    """Same slots as :class:`PutResult`, assignable; filled, then its ``__class__`` set
+    (identical layouts), giving an ordinary frozen PutResult. A frozen dataclass's
+    ``__init__`` costs ~1.4 us for nine fields, a slot store ~20 ns."""
+
+    __slots__ = PutResult.__slots__
+
+
+assert (
+    _PutResultBuilder.__slots__ == PutResult.__slots__ == tuple(f.name for f in fields(PutResult))
+)
+
+
+def new_put_result() -> Any:
+    """An empty, assignable PutResult: set every field, then ``__class__ = PutResult``."""
+    return _PutResultBuilder()
 
 
 class BatchPutResults(Sequence[PutResult]):
@@ -128,6 +146,35 @@ class BatchPutResults(Sequence[PutResult]):
             following - phys[i],
         )
 
+    def to_list(self) -> list[PutResult]:
+        """Every result as a PutResult object (what ``MessageStore.put_messages`` returns)."""
+        status, topic, queue_id = self.status, self.topic, self.queue_id
+        store_timestamp = self.store_timestamp
+        phys = self.phys_offsets
+        ends = phys[1:]
+        ends.append(self.end)
+        builder = _PutResultBuilder
+        results: list[Any] = []
+        append = results.append
+        r: Any
+        for msg_id, offset_msg_id, start, end, queue_offset in zip(
+            self.msg_ids, self.offset_msg_ids, phys, ends, self.queue_offsets, strict=True
+        ):
+            # PutResult(...) field by field (``_PutResultBuilder`` says why).
+            r = builder()
+            r.status = status
+            r.topic = topic
+            r.queue_id = queue_id
+            r.msg_id = msg_id
+            r.offset_msg_id = offset_msg_id
+            r.phys_offset = start
+            r.queue_offset = queue_offset
+            r.store_timestamp = store_timestamp
+            r.wrote_bytes = end - start
+            r.__class__ = PutResult
+            append(r)
+        return results
+
     @overload
     def __getitem__(self, index: int) -> PutResult: ...
     @overload
@@ -143,8 +190,7 @@ class BatchPutResults(Sequence[PutResult]):
         return self._result(index, self.offset_msg_ids[index])
 
     def __iter__(self) -> Iterator[PutResult]:
-        ids = self.offset_msg_ids
-        return (self._result(i, ids[i]) for i in range(len(self.msg_ids)))
+        return iter(self.to_list())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str | bytes):

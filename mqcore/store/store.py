@@ -40,7 +40,6 @@ from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexService
 from mqcore.store.lockfile import StoreLock
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator, create_offset_msg_id
-from mqcore.store.plain_batch import new_put_result
 from mqcore.store.prefault import Prefaulter, start_prefaulter
 from mqcore.store.progress import Progress, Slot, publish_config
 from mqcore.store.properties import (
@@ -59,7 +58,13 @@ from mqcore.store.record_layout import (
 )
 from mqcore.store.record_views import RecordsResult
 from mqcore.store.recovery import RecoveryReport, recover
-from mqcore.store.results import BatchPutResults, GetResult, PutResult, PutStatus
+from mqcore.store.results import (
+    BatchPutResults,
+    GetResult,
+    PutResult,
+    PutStatus,
+    new_put_result,
+)
 from mqcore.store.roles import Role
 from mqcore.store.service_lock import CONTINUOUS_SERVICES, ServiceLocks
 from mqcore.validation import validate_body, validate_properties_size, validate_topic
@@ -358,13 +363,22 @@ class MessageStore:
         """
         return self.put_messages([msg], queue_id)[0]
 
-    def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> Sequence[PutResult]:
+    def put_messages(self, msgs: Sequence[Message], queue_id: int = 0) -> list[PutResult]:
         """Append a batch contiguously under one lock (one segment, consecutive offsets).
 
         Returns:
-            One PutResult per message: a list, or for a plain batch (``plain_batch.py``) a
-            :class:`~mqcore.store.results.BatchPutResults` (the same results, as columns).
+            One PutResult per message.
         """
+        results = self.put_batch(msgs, queue_id)
+        return results.to_list() if isinstance(results, BatchPutResults) else results
+
+    def put_batch(
+        self, msgs: Sequence[Message], queue_id: int = 0
+    ) -> BatchPutResults | list[PutResult]:
+        """:meth:`put_messages` without a PutResult object per message where it can: a plain
+        batch (``plain_batch.py``) gives its results as columns
+        (:class:`~mqcore.store.results.BatchPutResults`, equal to the list
+        :meth:`put_messages` returns), any other a list. What the broker's sends use."""
         self._check_open()
         if not msgs:
             return []
@@ -393,7 +407,7 @@ class MessageStore:
         host = self.config.store_host
         results: list[PutResult] = []
         for (p, uniq, _), a in zip(pending, appended, strict=True):
-            # PutResult(...) field by field (``plain_batch.new_put_result`` says why).
+            # PutResult(...) field by field (``results.new_put_result`` says why).
             r = new_put_result()
             r.status = status
             r.topic = p.topic

@@ -54,7 +54,7 @@ def store(tmp_path: Path) -> MessageStore:
 
 def test_a_plain_batch_gives_columns_equal_to_the_stored_records(store: MessageStore) -> None:
     store.put_messages(batch(5), 3)
-    results = store.put_messages(batch(7, 5), 3)
+    results = store.put_batch(batch(7, 5), 3)
     assert isinstance(results, BatchPutResults)
     want = expected(store, results)
     assert [r.queue_offset for r in want] == list(range(5, 12))
@@ -77,7 +77,7 @@ def test_a_plain_batch_gives_columns_equal_to_the_stored_records(store: MessageS
 def test_offset_msg_ids_are_made_on_first_use_and_one_alone_on_request(
     store: MessageStore,
 ) -> None:
-    results = store.put_messages(batch(4), 3)
+    results = store.put_batch(batch(4), 3)
     assert isinstance(results, BatchPutResults)
     host = store.config.store_host
     want = [create_offset_msg_id(host, p) for p in results.phys_offsets]
@@ -89,7 +89,7 @@ def test_offset_msg_ids_are_made_on_first_use_and_one_alone_on_request(
 
 
 def test_with_status_changes_only_the_status(store: MessageStore) -> None:
-    results = store.put_messages(batch(3), 3)
+    results = store.put_batch(batch(3), 3)
     assert isinstance(results, BatchPutResults)
     timed_out = results.with_status(PutStatus.FLUSH_DISK_TIMEOUT)
     assert [r.status for r in timed_out] == [PutStatus.FLUSH_DISK_TIMEOUT] * 3
@@ -99,8 +99,14 @@ def test_with_status_changes_only_the_status(store: MessageStore) -> None:
     assert results.status is PutStatus.PUT_OK
 
 
-def test_put_message_and_the_general_path_still_give_put_results(store: MessageStore) -> None:
+def test_put_messages_gives_a_list_of_put_results(store: MessageStore) -> None:
+    plain = store.put_messages(batch(4), 3)
+    assert type(plain) is list and all(type(r) is PutResult for r in plain)
+    columns = store.put_batch(batch(4, 4), 3)
+    assert isinstance(columns, BatchPutResults)
+    assert [r.queue_offset for r in plain + list(columns)] == list(range(8))
+    assert columns.to_list() == expected(store, columns)
     single = store.put_message(Message("orders", b"one", keys="k"))
     assert isinstance(single, PutResult) and single.ok
-    general = store.put_messages([Message("orders", b"p", properties={"user": "v"})])
-    assert isinstance(general, list) and general[0].ok
+    general = store.put_batch([Message("orders", b"p", properties={"user": "v"})])
+    assert type(general) is list and general[0].ok
