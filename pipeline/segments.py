@@ -37,9 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from mqcore.store.format import (
     BLANK_MAGIC_CODE,
@@ -58,6 +55,7 @@ from mqcore.store.record_layout import (
     MAGIC_POSITION,
     SIZE_MAGIC,
 )
+from pipeline.chain import candidates, chain
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -287,7 +285,7 @@ def find_first_record(fd: int, rng: ScanRange, window_bytes: int) -> int | None:
     while rel < stop_rel:
         data = os.pread(fd, min(window_bytes, rng.file_size - rel), rel)
         # Each magic code found is a candidate record starting 4 bytes earlier.
-        for q in _candidates(data)[0].tolist():
+        for q in candidates(data)[0].tolist():
             if rel + q >= stop_rel:
                 return None
             total = INT32.unpack_from(data, q)[0]
@@ -362,73 +360,22 @@ def iter_chunks(
         os.close(fd)
 
 
-def _candidates(data: bytes | memoryview) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Likely record starts in ``data`` (a message magic code 4 bytes on) and their TOTALSIZE.
-
-    A superset or a subset is harmless: :func:`_chain` only trusts a candidate where the
-    TOTALSIZE chain itself lands.
-    """
-    octets = np.frombuffer(data, np.uint8)
-    if len(octets) < MIN_RECORD_SIZE:
-        empty = np.zeros(0, np.int64)
-        return empty, empty
-    # V1 and V2 magics share their first three bytes; the rare first byte is searched first.
-    at = np.flatnonzero(octets[MAGIC_POSITION : len(octets) - 3] == _MAGIC_BYTES[0][0])
-    for i in (1, 2):
-        at = at[octets[at + MAGIC_POSITION + i] == _MAGIC_BYTES[0][i]]
-    totals = np.ndarray((len(octets) - 3,), ">i4", data, 0, (1,))[at].astype(np.int64)
-    return at, totals
-
-
-def _chain(data: bytes | memoryview, limit: int, positions: array[int]) -> int:
-    """Append the start of each record chained by TOTALSIZE from 0 while it is ``<= limit``.
-
-    Runs of records that follow each other (a candidate's TOTALSIZE lands on the next
-    candidate) are appended a whole run at a time; anything else is stepped in Python, so the
-    result is exactly the plain TOTALSIZE chain. Magic codes are checked afterwards.
-
-    Returns:
-        The end of the last record appended (possibly past ``len(data)``).
-    """
-    starts, totals = _candidates(data)
-    follows = starts + totals
-    good = (totals >= MIN_RECORD_SIZE) & (starts <= limit)
-    # linked[i]: candidate i is good and its successor is candidate i+1, also good.
-    linked = good[:-1] & good[1:] & (follows[:-1] == starts[1:])
-    breaks = np.append(np.flatnonzero(~linked), len(starts) - 1)
-    unpack = INT32.unpack_from
-    append = positions.append
-    q = 0
-    while q <= limit:
-        j = int(np.searchsorted(starts, q))
-        if j < len(starts) and starts[j] == q and good[j]:
-            k = int(breaks[np.searchsorted(breaks, j)])  # the run is candidates j..k
-            positions.frombytes(starts[j : k + 1].astype(np.int32).tobytes())
-            q = int(follows[k])
-            continue
-        total = unpack(data, q)[0]
-        if total < MIN_RECORD_SIZE:
-            break
-        append(q)
-        q += total
-    return q
-
-
 def _first_non_record(data: bytes | memoryview, positions: array[int], count: int) -> int:
-    """Index of the first of ``positions[:count]`` whose magic is not a message magic."""
+    """Index of the first of ``positions[:count]`` whose magic is not a message magic.
+
+    A position whose magic lies past the data counts as a message: it is the last one, and
+    :func:`_cut` cuts it as a record running past the bytes read.
+    """
     if count == 0:
         return 0
-    starts = pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(positions)])
-    octets = pa.Array.from_buffers(pa.uint8(), len(data), [None, pa.py_buffer(data)])
-    # V1 and V2 magics share their first three bytes and differ in the last.
-    at = pc.add(starts, MAGIC_POSITION)
-    v1, v2 = _MAGIC_BYTES
-    good = pc.is_in(pc.take(octets, pc.add(at, 3)), pa.array([v1[3], v2[3]], pa.uint8()))
-    for i in range(3):
-        good = pc.and_(good, pc.equal(pc.take(octets, pc.add(at, i)), v1[i]))
-    if not good.false_count:
+    at = np.frombuffer(positions, np.int32, count).astype(np.int64) + MAGIC_POSITION
+    words = np.ndarray((max(len(data) - 3, 0),), ">i4", data, 0, (1,))
+    readable = at < len(words)
+    magic = words[np.where(readable, at, 0)]
+    good = (magic == _MAGICS[0]) | (magic == _MAGICS[1]) | ~readable
+    if good.all():
         return count
-    return int(pc.index(good, False).as_py())
+    return int(np.argmin(good))
 
 
 def _walk(
@@ -448,7 +395,7 @@ def _walk(
             data = os.pread(fd, size, rel)
         positions = array("i")
         limit = min(len(data) - SIZE_MAGIC.size, stop_rel - rel - 1)
-        end = _chain(data, limit, positions)
+        end = chain(data, limit, rng.base_offset + rel, positions)
         count, q, reason, want = _cut(data, positions, end, rel, rng.file_size, chunk_bytes)
         if rng.verify_crc:
             for i in range(count):
