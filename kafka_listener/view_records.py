@@ -21,7 +21,10 @@ record) it skips the property parse too; text-keyed records take :func:`_fast`, 
 ``message_to_record``, both then ``encode_records``. Its batch equals
 ``encode_batch(views_to_records(taken, base), base_offset=base)`` byte for byte
 (``test_view_records.py``). Measured in-process (``Broker.pull_records`` + encoding, 100-byte
-keyless records): ~2.1 us a record before, ~1.3 us with ViewBatch.
+keyless records): ~2.1 us a record before, ~1.3 us with ViewBatch. :meth:`ViewBatch.add_run`
+takes a whole raw run of such records (``store_runs.py``) encoded with numpy
+(``run_records.py``, the same bytes as :meth:`ViewBatch.add`); the Fetch store path uses it
+for long reads and keeps :meth:`ViewBatch.add` for the records a run stops at.
 
 Thread-safety: pure functions; a ViewBatch belongs to one thread.
 """
@@ -56,6 +59,7 @@ from .records import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
 )
+from .run_records import Int64s, encode_run
 
 _HEADER = DISPATCH_HEADERS[0]  # V1 record, IPv4 hosts; the hosts skipped (13 values)
 _HEADER_SIZE = HEADER_SIZES[0]
@@ -273,6 +277,41 @@ class ViewBatch:
             self._last = views[taken - 1].queue_offset
         self.size, self.count, self._max_ts = size, count, max_ts
         return taken
+
+    def add_run(
+        self, data: bytes, positions: Int64s, sizes: Int64s, first_offset: int
+    ) -> tuple[int, bool]:
+        """Take the leading usual records of a run (``run_records.encode_run``: what
+        :meth:`add`'s inline path takes, encoded with numpy, the same bytes) while they fit.
+
+        Returns:
+            ``(taken, full)``: how many records went in, and whether the next one did not
+            fit. ``(0, False)``: the first is not a usual record, :meth:`add` must take it.
+        """
+        empty = not self.count
+        encoded = encode_run(
+            data,
+            positions,
+            sizes,
+            first_offset,
+            first_offset if empty else self._base,
+            None if empty else self._base_ts,
+            self.max_bytes - self.size,
+            empty,
+        )
+        if encoded is None:
+            return 0, False
+        taken = encoded.count
+        if taken:
+            if empty:
+                self._base = first_offset
+                self._base_ts = self._max_ts = encoded.first_timestamp
+            self._parts.append(encoded.data)
+            self.size += len(encoded.data)
+            self.count += taken
+            self._max_ts = max(self._max_ts, encoded.max_timestamp)
+            self._last = first_offset + taken - 1
+        return taken, encoded.full
 
     @property
     def body_size(self) -> int:

@@ -474,6 +474,12 @@ class Broker(BrokerAdmin):
         self._gets.add(len(got.records))
         return status, got
 
+    def count_gets(self, count: int) -> None:
+        """Count ``count`` messages read by a front end that reads the store's files itself
+        (the Kafka fetch's run reader), as :meth:`pull_records` counts what it returns.
+        Thread-safe."""
+        self._gets.add(count)
+
     async def pull_async(
         self,
         group: str | None,
