@@ -122,7 +122,8 @@ type _Ints = npt.NDArray[np.int64]
 _GOING, _BLANK, _ENDED = 0, 1, 2
 
 # Tag codes by tag (a small vocabulary, unlike keys): one lookup instead of a hash.
-_TAG_CODES: dict[str | None, int] = {}  # None never stored: map(get) over a column
+# No tags (None) is code 0, as _tag_code has it: a run without TAGS maps in one pass too.
+_TAG_CODES: dict[str | None, int] = {None: 0}  # map(get) over a column: None is a miss
 _TAG_CODES_MAX = 4096
 # Topics by their bytes: a decode saved per record (a broker has few topics).
 _TOPICS: dict[bytes, str] = {}
@@ -305,7 +306,18 @@ def scan_rows(
 
 #: What comes before TAGS' value (after the previous record's \x02 and the joiner), before
 #: KEYS' and before UNIQ_KEY's, in a run of Cairn-layout properties joined on \x02.
-_PAIR_SEPARATORS = ("\x02\x02TAGS\x01", "\x02KEYS\x01", "\x02UNIQ_KEY\x01")
+# The property layouts Cairn's put paths write (names in order), each with the text before
+# each value when records are joined on \x02: the joiner and the previous record's trailing
+# \x02 before the first name, one \x02 before the others.
+_LAYOUTS: dict[tuple[str, ...], tuple[str, ...]] = {
+    names: tuple(("\x02\x02" if j == 0 else "\x02") + name + "\x01" for j, name in enumerate(names))
+    for names in (
+        ("TAGS", "KEYS", "UNIQ_KEY"),
+        ("KEYS", "UNIQ_KEY"),
+        ("TAGS", "UNIQ_KEY"),
+        ("UNIQ_KEY",),
+    )
+}
 _SEPARATOR = b"\x02"[0]
 _LAST = itemgetter(-1)
 #: Records per run at most: the run's columns and text stay in the CPU caches between passes
@@ -646,35 +658,45 @@ def _properties_of_run(
 
 def _properties_of_text(
     text: bytes, count: int, ends: int
-) -> tuple[list[str], list[str], list[str]] | None:
+) -> tuple[Sequence[str | None], Sequence[str | None], list[str]] | None:
     """:func:`_properties_of_run`'s one pass: ``text`` is the PROPERTIES of ``count`` records
     joined on \x02, ``ends`` how many of them end with \x02. None unless every record is
-    in Cairn's own layout (then the caller parses record by record)."""
+    in one of Cairn's own layouts, the same for the whole run (then the caller parses record
+    by record): TAGS, KEYS, UNIQ_KEY; KEYS, UNIQ_KEY (a keyed Kafka record); TAGS, UNIQ_KEY;
+    or UNIQ_KEY alone (a keyless Kafka record). A property a layout lacks is None."""
+    if ends != count:
+        return None
     try:
         run = str(text, "utf-8")
     except UnicodeDecodeError:
-        run = ""
+        return None
     parts = run.replace("\x01", "\x02").split("\x02")
-    if len(parts) == 7 * count:  # the last record has no joiner: one empty segment less
-        tags = parts[1::7]
-        keys = parts[3::7]
-        uniq_keys = parts[5::7]
-        again = [_PAIR_SEPARATORS[0]] * (6 * count)
-        again[1::6] = tags
-        again[2::6] = [_PAIR_SEPARATORS[1]] * count
-        again[3::6] = keys
-        again[4::6] = [_PAIR_SEPARATORS[2]] * count
-        again[5::6] = uniq_keys
-        again[0] = "TAGS\x01"  # the first record has none before it
-        if (
-            "".join(again) + "\x02" == run
-            and "" not in tags
-            and "" not in keys
-            and "" not in uniq_keys
-            and ends == count
-        ):
-            return tags, keys, uniq_keys
-    return None
+    # A record of k pairs is 2k segments, the trailing \x02 and the joiner one more each
+    # (the last record has no joiner): (2k + 1) * count segments in all.
+    pairs, odd = divmod(len(parts) // count - 1, 2)
+    if odd or len(parts) != (2 * pairs + 1) * count:
+        return None
+    names = tuple(parts[0 : 2 * pairs : 2])  # the first record's
+    layout = _LAYOUTS.get(names)
+    if layout is None:
+        return None
+    step = 2 * pairs + 1
+    columns = [parts[2 * j + 1 :: step] for j in range(pairs)]
+    for column in columns:
+        if "" in column:
+            return None
+    # The text rebuilt from the values with the layout's names must be the text read: then
+    # every record has exactly these names, in this order, with these values.
+    again = [""] * (2 * pairs * count)
+    for j, (separator, column) in enumerate(zip(layout, columns, strict=True)):
+        again[2 * j :: 2 * pairs] = [separator] * count
+        again[2 * j + 1 :: 2 * pairs] = column
+    again[0] = names[0] + "\x01"  # the first record has no joiner before it
+    if "".join(again) + "\x02" != run:
+        return None
+    by_name = dict(zip(names, columns, strict=True))
+    absent = [None] * count
+    return by_name.get("TAGS", absent), by_name.get("KEYS", absent), by_name["UNIQ_KEY"]
 
 
 def scan_columns(

@@ -432,13 +432,17 @@ class IndexService:
         if f is None or f.is_full:
             f = self._writable_file()
         topic = topics[0]
+        keyless = keys.count(None) == count  # keyless Kafka records: UNIQ_KEY alone
         if (
             phys_offsets[0] < f.end_phys_offset  # phys offsets grow: only the first can be
             or topics.count(topic) != count
             or None in uniq_keys
-            or None in keys
-            or "" in keys
-            or KEY_SEPARATOR in "".join(keys)  # type: ignore[arg-type]  # None ruled out
+            or (
+                not keyless
+                and (
+                    None in keys or "" in keys or KEY_SEPARATOR in "".join(keys)  # type: ignore[arg-type]  # None ruled out
+                )
+            )
             or _ROLLBACK in set(map(_ROLLBACK.__and__, sys_flags))
         ):
             return self._build_index_objects(
@@ -456,6 +460,11 @@ class IndexService:
         # UNIQ_KEYs and business keys hashed as two columns (each of one length, as a rule:
         # index_hashes_with_prefix's best case), then interleaved: UNIQ_KEY, then the key.
         prefixes = [prefix_hash] * count
+        if keyless:
+            uniq_hashes = index_hashes_with_prefix(prefixes, uniq_keys)  # type: ignore[arg-type]
+            return self._write_hashes(
+                f, uniq_hashes, list(phys_offsets), list(store_timestamps), phys_offsets[-1]
+            )
         hashes: list[int] = [0] * (2 * count)
         hashes[0::2] = index_hashes_with_prefix(prefixes, uniq_keys)  # type: ignore[arg-type]  # None ruled out above
         hashes[1::2] = index_hashes_with_prefix(prefixes, keys)  # type: ignore[arg-type]

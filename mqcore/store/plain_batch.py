@@ -148,12 +148,25 @@ def encode_plain(
             # pair separator goes to it, which hands it to encode_properties to raise. (Two
             # ``in`` tests: ~1,500 instructions less than ``text.count``, which parses its
             # arguments the slow way.)
-            if tags and keys and m.delay_level <= 0 and "\x02" not in tags and "\x02" not in keys:
-                properties = (
-                    f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq_key}\x02".encode()
-                )
-            else:
+            # The four layouts without a delay level: TAGS and KEYS (the usual RocketMQ
+            # message), KEYS alone or nothing (a keyed or keyless Kafka record), TAGS alone.
+            if m.delay_level > 0:
                 properties = encode_message_properties(tags, keys, m.delay_level, uniq_key)
+            elif tags:
+                if keys and "\x02" not in tags and "\x02" not in keys:
+                    properties = (
+                        f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq_key}\x02".encode()
+                    )
+                elif not keys and "\x02" not in tags:
+                    properties = f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq_key}\x02".encode()
+                else:
+                    properties = encode_message_properties(tags, keys, 0, uniq_key)
+            elif not keys:
+                properties = f"UNIQ_KEY\x01{uniq_key}\x02".encode()
+            elif "\x02" not in keys:
+                properties = f"KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq_key}\x02".encode()
+            else:
+                properties = encode_message_properties(tags, keys, 0, uniq_key)
             properties_length = len(properties)
             try:
                 length_field = plen[properties_length]

@@ -175,6 +175,34 @@ def test_run_parse_matches_the_per_record_parse(seed: int) -> None:
     assert list(zip(tags, keys, uniq_keys, strict=True)) == expected
 
 
+def layout_record(names: tuple[str, ...], i: int) -> bytes:
+    values = {"TAGS": f"T{i % 3}", "KEYS": f"k-{i}", "UNIQ_KEY": f"U{i:032d}"}
+    return "".join(f"{name}\x01{values[name]}\x02" for name in names).encode()
+
+
+LAYOUTS = (("TAGS", "KEYS", "UNIQ_KEY"), ("KEYS", "UNIQ_KEY"), ("TAGS", "UNIQ_KEY"), ("UNIQ_KEY",))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_run_parse_of_every_layout_matches_the_per_record_parse(seed: int) -> None:
+    """Runs of one of Cairn's four layouts (a keyless Kafka record: UNIQ_KEY alone; a keyed
+    one: KEYS, UNIQ_KEY) parse in one pass; runs mixing layouts, or with an odd record,
+    parse record by record; both as each record's own parse."""
+    rng = random.Random(seed)
+    names = rng.choice(LAYOUTS)
+    run = [layout_record(names, i) for i in range(rng.randrange(1, 60))]
+    uniform = rng.random() < 0.5
+    if not uniform:
+        for _ in range(rng.randrange(1, 3)):
+            odd = rng.choice([layout_record(rng.choice(LAYOUTS), 7), *ODD_PROPERTIES])
+            run.insert(rng.randrange(len(run) + 1), odd)
+    columns = _properties_of_run(run)
+    expected = [_properties_of(raw) for raw in run]
+    assert list(zip(*columns, strict=True)) == expected
+    if uniform:  # the one-pass parse took it (record by record gives tuples)
+        assert all(isinstance(column, list) for column in columns)
+
+
 def test_run_parse_finds_records_that_only_line_up_once_joined() -> None:
     """Joined on \x02, these two records read as two canonical records, but the first ends
     inside its TAGS pair: each record's own parse must win."""

@@ -14,7 +14,7 @@ import pytest
 from mqcore.clock import FakeClock
 from mqcore.errors import StoreNotWritableError
 from mqcore.store.index_file import IndexFile
-from mqcore.store.index_service import IndexService, QueryResult, file_name_for
+from mqcore.store.index_service import IndexColumns, IndexService, QueryResult, file_name_for
 
 T0 = 1_700_000_000_000
 ALL = (0, 2**62)  # a time range covering everything
@@ -516,6 +516,43 @@ def test_build_index_many_equals_one_by_one(tmp_path: Path, clock: FakeClock, se
     assert written_b == written_a
     assert file_bytes(b) == file_bytes(a)
     assert filled_b == filled_a
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_build_index_columns_equal_one_by_one(tmp_path: Path, clock: FakeClock, seed: int) -> None:
+    """Reput's column runs: keyed (UNIQ_KEY and a business key), keyless (UNIQ_KEY alone,
+    a keyless Kafka record) and mixed runs, rolling files, give one-by-one's bytes."""
+    rng = random.Random(seed)
+    entries = rng.choice([5, 60, 5000])
+    a = service(tmp_path / "a", clock, entries=entries)
+    b = service(tmp_path / "b", clock, entries=entries)
+    kind = seed % 3
+    messages = []
+    phys = 0
+    for i in range(rng.randrange(40, 300)):
+        phys += rng.randrange(100, 400)
+        keyed = kind == 0 or (kind == 2 and rng.random() < 0.5)
+        key = f"ORDER-{i:08d}" if keyed else None
+        messages.append(Msg("TopicTest", phys, T0 + i * 7, f"{i:032X}", key, 0))
+    for m in messages:
+        a.build_index(m.topic, m.phys_offset, m.store_timestamp, m.uniq_key, m.keys, m.sys_flag)
+    rest = messages
+    while rest:
+        step = rng.choice([1, 48, 64, 500])
+        run = rest[:step]
+        columns = IndexColumns(
+            [m.topic for m in run],
+            [m.phys_offset for m in run],
+            [m.store_timestamp for m in run],
+            [m.uniq_key for m in run],
+            [m.keys for m in run],
+            [m.sys_flag for m in run],
+        )
+        b.build_index_many(columns)
+        rest = rest[step:]
+    assert file_bytes(b) == file_bytes(a)
     a.close()
     b.close()
 
