@@ -69,7 +69,7 @@ from mqcore.clock import Clock, SystemClock
 from mqcore.errors import ValidationError
 from mqcore.message import Message, MessageExt
 from mqcore.metadata import Metadata
-from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC
+from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator
 from mqcore.store.record_views import RecordsResult
@@ -284,13 +284,7 @@ class Broker(BrokerAdmin):
                 :mod:`mqcore.broker.sending`), with ``field`` and ``rule``.
             StoreNotWritableError: the store refuses writes (disk full, read-only).
         """
-        self._check_accepting()
-        config = resolve_topic(
-            self.metadata,
-            topic,
-            auto_create=self.config.auto_create_topics,
-            default_queue_nums=self.config.default_topic_queue_nums,
-        )
+        config = self._sendable_topic(topic)
         placed = place_messages(
             config,
             messages,
@@ -303,6 +297,17 @@ class Broker(BrokerAdmin):
         )
         return self.deliver_internal(placed)
 
+    def _sendable_topic(self, topic: str) -> TopicConfig:
+        """The config of ``topic`` for a send (created if auto-creation is on), once the
+        broker accepts sends."""
+        self._check_accepting()
+        return resolve_topic(
+            self.metadata,
+            topic,
+            auto_create=self.config.auto_create_topics,
+            default_queue_nums=self.config.default_topic_queue_nums,
+        )
+
     def send_plain(self, topic: str, queue_id: int, messages: Sequence[Message]) -> SendResult:
         """Store a batch of plain messages (no properties, no delay level; ``topic`` and
         ``born_host`` set) in queue ``queue_id`` with one put: :meth:`send`'s checks and
@@ -314,13 +319,7 @@ class Broker(BrokerAdmin):
         Raises:
             As :meth:`send`; ValueError for a message that is not plain.
         """
-        self._check_accepting()
-        config = resolve_topic(
-            self.metadata,
-            topic,
-            auto_create=self.config.auto_create_topics,
-            default_queue_nums=self.config.default_topic_queue_nums,
-        )
+        config = self._sendable_topic(topic)
         place_plain_batch(
             config,
             queue_id,
@@ -347,13 +346,7 @@ class Broker(BrokerAdmin):
         Raises:
             As :meth:`send`; ValueError for a message that is not plain.
         """
-        self._check_accepting()
-        config = resolve_topic(
-            self.metadata,
-            topic,
-            auto_create=self.config.auto_create_topics,
-            default_queue_nums=self.config.default_topic_queue_nums,
-        )
+        config = self._sendable_topic(topic)
         first = place_plain_round_robin(
             config,
             messages,
