@@ -26,7 +26,7 @@ Options (all optional)::
     maxPartitionBytes split segments larger than this (default 256 MiB)
     verifyCrc         tail (default) | all | none: body CRCs checked on the segments a live
                       broker may be appending to, on all, or on none
-    chunkBytes        bytes read per Arrow batch (default 16 MiB)
+    chunkBytes        bytes of a segment per Arrow batch (default 4 MiB)
 
 Pushed-down filters (Spark SQL ``WHERE``), applied while decoding and so not re-evaluated by
 Spark: ``topic = / IN``, and ``= < <= > >=`` on ``store_timestamp`` and ``phys_offset``.

@@ -31,8 +31,8 @@ def scan_range(
     ``columns`` (optional) limits the batches to those columns (``columnar.decode_chunk``).
     """
     state = state if state is not None else WalkState()
-    # decode_chunk copies what the batch holds, so one read buffer serves every chunk.
-    for chunk in iter_chunks(rng, state, chunk_bytes=chunk_bytes, reuse_buffer=True):
+    # decode_chunk copies what the batch holds: batches never keep the segment's map alive.
+    for chunk in iter_chunks(rng, state, chunk_bytes=chunk_bytes):
         batch, stop_at = decode_chunk(chunk, bounds, columns)
         if stop_at is not None:
             state.stopped = True
