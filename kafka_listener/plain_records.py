@@ -28,6 +28,7 @@ from mqcore.errors import RemoteProtocolError
 from mqcore.message import Message
 from mqcore.store.msgid import HostAddress
 
+from .plain_columns import UNDECIDED, plain_columns
 from .record_codec import MIN_RECORD_BYTES, _uvarint
 
 # plain_messages sets every field of a Message itself: one added there must be added here.
@@ -44,6 +45,22 @@ def plain_messages(
 ) -> list[Message] | None:
     """The store messages of an uncompressed records section whose records are all plain
     (module docstring), or None when any is not or the section is not well formed.
+
+    ``plain_columns.plain_columns`` decides (the same answer, ~3 times faster) unless it
+    cannot represent a value; then :func:`plain_messages_loop` does.
+    """
+    found = plain_columns(buf, count, base_timestamp, topic, born_host)
+    if isinstance(found, str):  # UNDECIDED
+        assert found is UNDECIDED
+        return plain_messages_loop(buf, count, base_timestamp, topic, born_host)
+    return found
+
+
+def plain_messages_loop(
+    buf: bytes, count: int, base_timestamp: int, topic: str, born_host: HostAddress | None
+) -> list[Message] | None:
+    """:func:`plain_messages`, one record at a time (the reference the columnar decoder
+    is tested against).
 
     Args:
         buf: the records section (after decompression).

@@ -22,7 +22,8 @@ from kafka_listener.handlers import (
     supported_versions,
 )
 from kafka_listener.mapping import record_to_message
-from kafka_listener.plain_records import plain_messages
+from kafka_listener.plain_columns import UNDECIDED, plain_columns
+from kafka_listener.plain_records import plain_messages, plain_messages_loop
 from kafka_listener.record_codec import RecordLike, decode_records_section, encode_records
 from kafka_listener.records import decode_batches, encode_batch
 from kafka_listener.schemas import ApiKey
@@ -162,6 +163,93 @@ def test_fast_path_agrees_with_general_path(rows: list[Any], data: st.DataObject
         got = _plain(bad, n)
         if got is not None:  # the fast path only takes what the general one reads alike
             assert got == _general(bad, n)
+
+
+# -- the columnar decoder against the record-at-a-time loop -----------------------------------
+
+
+def _loop(section: bytes, count: int, base: int = BASE_TS) -> list[tuple[Any, ...]] | None:
+    messages = plain_messages_loop(section, count, base, "t", HOST)
+    return None if messages is None else [_fields(m) for m in messages]
+
+
+def _columns(section: bytes, count: int, base: int = BASE_TS) -> object:
+    found = plain_columns(section, count, base, "t", HOST)
+    if found is UNDECIDED or found is None:
+        return found
+    assert isinstance(found, list)
+    return [_fields(m) for m in found]
+
+
+@pytest.mark.parametrize("n", [1, 64, 65, 8192, 8200])
+@pytest.mark.parametrize("key", [None, b"order-1", "ключ".encode()])
+def test_columns_decide_plain_batches_as_the_loop(n: int, key: bytes | None) -> None:
+    section = encode_records(_records(n, key, b"v" * 150), BASE_TS)
+    assert _columns(section, n) == _loop(section, n) is not None
+
+
+def test_what_arrays_cannot_hold_is_left_to_the_loop() -> None:
+    huge = [(0, BASE_TS, None, b"v", ()), (1, BASE_TS + 2**62, None, b"w", ())]
+    ten_bytes = encode_records(huge, BASE_TS)  # a 10-byte timestamp delta varint
+    for section, count, base in ((ten_bytes, 2, BASE_TS), (ten_bytes, 2, 2**62 + 5)):
+        assert _columns(section, count, base) is UNDECIDED
+        expected = _loop(section, count, base)
+        messages = plain_messages(section, count, base, "t", HOST)
+        assert [_fields(m) for m in messages or []] == (expected or [])
+    nine_bytes = encode_records(
+        [(0, BASE_TS, None, b"v", ()), (1, BASE_TS - 2**61, b"k", b"w", ())], BASE_TS
+    )
+    assert _columns(nine_bytes, 2) == _loop(nine_bytes, 2) is not None
+
+
+_plain_record = st.tuples(
+    st.sampled_from([0, 1, -1, 63, 64, -65, 8191, 2**20, -(2**35), 2**55, -(2**61)]),
+    st.none() | st.sampled_from([b"k", b"order-7", "ключ".encode()]),
+    st.binary(min_size=1, max_size=200),
+    st.just(()),
+)
+_odd_record = st.sampled_from(
+    [
+        (0, b"k", b"v", (("h", b"x"),)),  # headers
+        (0, b"k", None, ()),  # tombstone
+        (0, b"k", b"", ()),  # empty value
+        (0, b"", b"v", ()),  # empty key
+        (0, b"a b", b"v", ()),  # a space
+        (0, b"\xff\xfe", b"v", ()),  # not UTF-8
+        (0, b"a\x01b", b"v", ()),  # property separators
+        (0, b"a\x02b", b"v", ()),
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_plain_record, min_size=1, max_size=80), st.data())
+def test_columns_agree_with_the_loop(rows: list[Any], data: st.DataObject) -> None:
+    """Whatever the columnar decoder decides (every section here but ones with huge
+    timestamp deltas), the loop decides the same, for plain sections, sections with one
+    record that is not plain, damaged sections and random bytes."""
+    if data.draw(st.booleans()):
+        rows[data.draw(st.integers(0, len(rows) - 1))] = data.draw(_odd_record)
+    records = [(i, BASE_TS + d, k, v, h) for i, (d, k, v, h) in enumerate(rows)]
+    section = encode_records(records, BASE_TS)
+    count = len(records)
+    pos = data.draw(st.integers(0, len(section) - 1))
+    cases = [
+        (section, count),
+        (section[:pos] + bytes([section[pos] ^ data.draw(st.integers(1, 255))]) + section[pos + 1 :], count),
+        (section[:pos] + bytes([data.draw(st.sampled_from([0x80, 0xFF, 0x01, 0x00]))]) + section[pos + 1 :], count),
+        (section[:pos], count),
+        (section + bytes([data.draw(st.integers(0, 255))]), count),
+        (section, data.draw(st.integers(0, count + 2))),
+        (data.draw(st.binary(min_size=6, max_size=60)), data.draw(st.integers(1, 8))),
+    ]  # fmt: skip
+    for case, n in cases:
+        got = _columns(case, n)
+        expected = _loop(case, n)
+        if got is not UNDECIDED:
+            assert got == expected
+        messages = plain_messages(case, n, BASE_TS, "t", HOST)
+        assert (None if messages is None else [_fields(m) for m in messages]) == expected
 
 
 # -- through the produce handler ---------------------------------------------------------------
