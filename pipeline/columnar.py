@@ -280,11 +280,11 @@ def _fast_columns(
 
 def _offset_ids(head: Any) -> pa.Array:
     """offsetMsgId: the store host then phys_offset bytes of each header, in hex."""
-    raw = head.view(np.uint8).reshape(len(head), _HEADER)
-    both = np.empty((len(head), 16), np.uint8)
-    both[:, :8] = raw[:, _STOREHOST : _STOREHOST + 8]
-    both[:, 8:] = raw[:, _PHYSOFFSET : _PHYSOFFSET + 8]
-    return hex_ids(both)
+    # Copied as big-endian int64 items (no byte swap): the bytes stay in record order.
+    both = np.empty((len(head), 2), ">i8")
+    both[:, 0] = head["store_host"]
+    both[:, 1] = head["phys_offset"]
+    return hex_ids(both.view(np.uint8))
 
 
 def decode_chunk(

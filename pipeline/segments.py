@@ -319,18 +319,49 @@ def find_first_record(fd: int, rng: ScanRange, window_bytes: int) -> int | None:
 
 
 def _crc_ok(data: bytes | memoryview, q: int, total: int) -> bool:
-    """The body CRC of the record at ``q`` matches (inline for V1/IPv4, else mqcore's check)."""
-    if data[q + 4 : q + 8] == _MAGIC_BYTES[0] and not data[q + _SYSFLAG_LOW_BYTE] & HOST_V6_FLAGS:
-        (body_length,) = INT32.unpack_from(data, q + _BODY_LENGTH_POSITION)
-        body_end = q + _V1_HEADER + body_length
-        if 0 <= body_length and body_end <= q + total:
-            (stored,) = INT32.unpack_from(data, q + _BODY_CRC_POSITION)
-            return (
-                body_length == 0
-                or zlib.crc32(data[q + _V1_HEADER : body_end]) & 0x7FFFFFFF == stored
-            )
+    """The body CRC of the record at ``q`` matches (mqcore's check; Corrupt with a size passes:
+    the decoder skips that record as reput does)."""
     result = check_record(data, q, q + total, check_crc=True)
     return isinstance(result, Valid) or getattr(result, "size", 0) > 0
+
+
+def _first_bad_crc(data: memoryview, positions: array[int], count: int, end: int) -> int:
+    """Index of the first of the first ``count`` records whose body CRC fails (``count``: none).
+
+    ``positions`` holds the chain (record i ends at ``positions[i + 1]``, the last at ``end``).
+    V1/IPv4 records whose BODYLENGTH fits are framed with numpy and their bodies go through
+    ``zlib.crc32`` in one comprehension (~0.2 us a 100-byte body, against ~1.5 us for a
+    check per record in Python); any other record takes :func:`_crc_ok`.
+    """
+    if count == 0:
+        return 0
+    chain_at = np.frombuffer(positions, np.int32, len(positions)).astype(np.int64)
+    start = chain_at[:count]
+    stop = np.append(chain_at[1:], end)[:count]
+    words = np.ndarray((len(data) - 3,), ">i4", data, 0, (1,))
+    sys_flag_low = np.frombuffer(data, np.uint8)[start + _SYSFLAG_LOW_BYTE]
+    body_length = words[start + _BODY_LENGTH_POSITION].astype(np.int64)
+    body_start = start + _V1_HEADER
+    body_stop = body_start + body_length
+    framed = (
+        (words[start + MAGIC_POSITION] == MESSAGE_MAGIC_CODE_V1)
+        & (sys_flag_low & HOST_V6_FLAGS == 0)
+        & (body_length >= 0)
+        & (body_stop <= stop)
+    )
+    ok = framed & (body_length == 0)
+    summed = np.flatnonzero(framed & (body_length > 0))
+    if len(summed):
+        crc32 = zlib.crc32
+        crcs = [
+            crc32(data[a:b])
+            for a, b in zip(body_start[summed].tolist(), body_stop[summed].tolist(), strict=True)
+        ]
+        stored = words[start[summed] + _BODY_CRC_POSITION].astype(np.int64)
+        ok[summed] = (np.array(crcs, np.int64) & 0x7FFFFFFF) == stored
+    for i in np.flatnonzero(~framed).tolist():
+        ok[i] = _crc_ok(data, int(start[i]), int(stop[i] - start[i]))
+    return count if ok.all() else int(np.argmin(ok))
 
 
 def iter_chunks(
@@ -418,14 +449,10 @@ def _walk(
         end = chain(data, limit, rng.base_offset + rel, positions)
         count, q, reason, want = _cut(data, positions, end, rel, rng.file_size, chunk_bytes)
         if rng.verify_crc:
-            for i in range(count):
-                nxt = positions[i + 1] if i + 1 < len(positions) else end
-                if not _crc_ok(data, positions[i], nxt - positions[i]):
-                    count, q, reason = i, positions[i], "crc"
-                    state.detail = (
-                        f"body CRC mismatch at {rng.base_offset + rel + q} (a torn append?)"
-                    )
-                    break
+            bad = _first_bad_crc(data, positions, count, end)
+            if bad < count:
+                count, q, reason = bad, positions[bad], "crc"
+                state.detail = f"body CRC mismatch at {rng.base_offset + rel + q} (a torn append?)"
         if not reason:  # the chain loop ended by itself
             if q <= limit:  # TOTALSIZE below the smallest record: a short blank, or zeros
                 magic = INT32.unpack_from(data, q + MAGIC_POSITION)[0]
