@@ -28,7 +28,7 @@ from mqcore.errors import RemoteProtocolError
 from mqcore.message import Message
 from mqcore.store.msgid import HostAddress
 
-from .plain_columns import UNDECIDED, plain_columns
+from .plain_columns import MIN_COLUMN_RECORDS, UNDECIDED, plain_columns
 from .record_codec import MIN_RECORD_BYTES, _uvarint
 
 # plain_messages sets every field of a Message itself: one added there must be added here.
@@ -46,9 +46,13 @@ def plain_messages(
     """The store messages of an uncompressed records section whose records are all plain
     (module docstring), or None when any is not or the section is not well formed.
 
-    ``plain_columns.plain_columns`` decides (the same answer, ~3 times faster) unless it
-    cannot represent a value; then :func:`plain_messages_loop` does.
+    ``plain_columns.plain_columns`` decides batches of ``MIN_COLUMN_RECORDS`` records or
+    more (the same answer, ~1.5 times faster at 5,000 records, ~190 us a call however
+    small) unless it cannot represent a value; :func:`plain_messages_loop` decides the
+    rest.
     """
+    if count < MIN_COLUMN_RECORDS:  # numpy's per-call costs outweigh the loop's
+        return plain_messages_loop(buf, count, base_timestamp, topic, born_host)
     found = plain_columns(buf, count, base_timestamp, topic, born_host)
     if isinstance(found, str):  # UNDECIDED
         assert found is UNDECIDED
