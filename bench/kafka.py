@@ -55,8 +55,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -165,6 +167,7 @@ def serve_cairn(
         if dump is not None:
             names = iter(["produce", "consume", "join", "latency"])
             loop.add_signal_handler(signal.SIGUSR1, lambda: dump(next(names, "more")))
+        loop.add_signal_handler(signal.SIGUSR2, write_thread_cpu, thread_cpu_path(root))
         await done.wait()
         await listener.close()
 
@@ -174,6 +177,55 @@ def serve_cairn(
         for loop in loops:
             loop.stop()
         broker.close()
+
+
+def thread_cpu_path(root: str | Path) -> Path:
+    """Where the ``--serve`` process writes its threads' CPU times on SIGUSR2."""
+    return Path(f"{root}.threads.json")
+
+
+def write_thread_cpu(path: Path) -> None:
+    """``{thread name: CPU seconds}`` of every live thread of this process, to ``path``
+    (written whole, then renamed: the driver never reads half a file)."""
+    cpu: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            clock = time.pthread_getcpuclockid(thread.ident)
+            cpu[thread.name] = time.clock_gettime(clock)
+        except OSError:  # ended meanwhile
+            continue
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cpu))
+    os.replace(tmp, path)
+
+
+def read_thread_cpu(proc: subprocess.Popen[bytes], path: Path) -> dict[str, float]:
+    """Ask the ``--serve`` process for its threads' CPU times (SIGUSR2) and read them,
+    grouped by thread name without its pool number (``asyncio_3`` -> ``asyncio``)."""
+    path.unlink(missing_ok=True)
+    proc.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 10
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.01)
+    grouped: dict[str, float] = {}
+    for name, seconds in json.loads(path.read_text()).items():
+        key = re.sub(r"_\d+$", "", name)
+        grouped[key] = grouped.get(key, 0.0) + seconds
+    return grouped
+
+
+# What each thread of the Cairn process does during the workloads.
+THREAD_ROLES = {
+    "MainThread": "asyncio loop: socket, frames, request decode, responses",
+    "asyncio": "to_thread workers: Produce batch decode + Broker.send_plain; Fetch reads",
+    "cairn-reput": "reput: ConsumeQueue + index dispatch",
+    "kafka-read-ahead": "Fetch read-ahead: the next store-path batch",
+    "cairn-prefault": "CommitLog pre-faulting",
+}
 
 
 def start_cairn(workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
@@ -592,6 +644,16 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 f"({c['produce'] / args.messages * 1e6:.1f} us/msg), consume {c['consume']:.2f} s "
                 f"({c['consume'] / args.messages * 1e6:.1f} us/msg), latency run {c['latency']:.2f} s"
             )
+    for r in results:
+        for workload in ("produce", "consume"):
+            by_thread = r.get("threads", {}).get(workload)
+            if not by_thread:
+                continue
+            print(f"{r['system']} {workload} CPU by thread (us/msg):")
+            for name, seconds in sorted(by_thread.items(), key=lambda kv: -kv[1]):
+                if seconds * 1e6 / args.messages >= 0.05:
+                    role = THREAD_ROLES.get(name, "")
+                    print(f"  {name:<22}{seconds / args.messages * 1e6:>6.2f}  {role}")
     print()
     print("Targets for Cairn: produce >= 200,000/s, consume >= 300,000/s, join < 3 s, p50 < 10 ms.")
 
@@ -609,19 +671,30 @@ def run(args: argparse.Namespace) -> None:
     def cairn() -> None:
         proc, bootstrap = start_cairn(workdir, args)
         cpu: dict[str, float] = {}
+        threads: dict[str, dict[str, float]] = {}
+        threads_path = thread_cpu_path(workdir / "cairn-store")
         last = [process_cpu_s(proc.pid)]
+        last_threads = [read_thread_cpu(proc, threads_path)]
 
         def after_each(workload: str) -> None:
             now = process_cpu_s(proc.pid)
             cpu[workload], last[0] = now - last[0], now
+            now_threads = read_thread_cpu(proc, threads_path)
+            threads[workload] = {
+                name: seconds - last_threads[0].get(name, 0.0)
+                for name, seconds in now_threads.items()
+            }
+            last_threads[0] = now_threads
             if args.profile:
                 proc.send_signal(signal.SIGUSR1)
                 time.sleep(1)  # the dump blocks the server's loop; keep it out of the next run
                 last[0] = process_cpu_s(proc.pid)
+                last_threads[0] = read_thread_cpu(proc, threads_path)
 
         try:
             results.append(kafka_suite("cairn", bootstrap, args, after_each=after_each))
             results[-1]["cpu"] = cpu
+            results[-1]["threads"] = threads
         finally:
             stop(proc)
         if args.profile:
