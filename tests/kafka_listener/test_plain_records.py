@@ -252,6 +252,32 @@ def test_columns_agree_with_the_loop(rows: list[Any], data: st.DataObject) -> No
         assert (None if messages is None else [_fields(m) for m in messages]) == expected
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 300), st.sampled_from([1, 2, 70, 400])), min_size=1, max_size=6
+    ),
+    st.sampled_from([None, b"k"]),
+    st.data(),
+)
+def test_runs_of_alike_records_agree_with_the_loop(
+    runs: list[tuple[int, int]], key: bytes | None, data: st.DataObject
+) -> None:
+    """Runs of records of one size (the record starts are guessed at a stride and
+    checked), whole and damaged anywhere."""
+    values = [b"v" * size for count, size in runs for _ in range(count)]
+    records = [(i, BASE_TS + i // 7, key, v, ()) for i, v in enumerate(values)]
+    section = encode_records(records, BASE_TS)
+    count = len(records)
+    assert _columns(section, count) == _loop(section, count) is not None
+    for _ in range(3):
+        pos = data.draw(st.integers(0, len(section) - 1))
+        byte = data.draw(st.sampled_from([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, section[pos] ^ 2]))
+        bad = section[:pos] + bytes([byte]) + section[pos + 1 :]
+        got = _columns(bad, count)
+        assert got is UNDECIDED or got == _loop(bad, count)
+
+
 # -- through the produce handler ---------------------------------------------------------------
 
 
