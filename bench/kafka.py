@@ -147,6 +147,7 @@ def serve_cairn(
     SIGUSR1 (the driver sends one after each workload, see :func:`profiler`)."""
     dump = profiler(Path(profile_dir)) if profile_dir else None
 
+    from cairn.gc_policy import settle_long_lived
     from kafka_listener.handlers import ListenerConfig
     from kafka_listener.server import KafkaListener
     from mqcore.broker.broker import Broker
@@ -171,6 +172,7 @@ def serve_cairn(
         await done.wait()
         await listener.close()
 
+    settle_long_lived()  # runbroker's garbage-collector settings (cairn.gc_policy)
     try:
         asyncio.run(main())
     finally:
