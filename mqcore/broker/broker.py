@@ -72,6 +72,7 @@ from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator
+from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.record_views import RecordsResult
 from mqcore.store.results import GetStatus
 from mqcore.store.store import MessageStore
@@ -308,10 +309,14 @@ class Broker(BrokerAdmin):
             default_queue_nums=self.config.default_topic_queue_nums,
         )
 
-    def send_plain(self, topic: str, queue_id: int, messages: Sequence[Message]) -> SendResult:
+    def send_plain(
+        self, topic: str, queue_id: int, messages: Sequence[Message] | PlainColumns
+    ) -> SendResult:
         """Store a batch of plain messages (no properties, no delay level; ``topic`` and
         ``born_host`` set) in queue ``queue_id`` with one put: :meth:`send`'s checks and
         errors, without its per-message conversions (the Kafka listener's produce path).
+        ``messages`` may be columns: the same checks, errors, stats and results as for
+        ``messages.to_messages()``, without a message per record.
 
         Returns:
             The first message's SendResult; the others took the next queue offsets.

@@ -71,6 +71,7 @@ from mqcore.metadata.topics import (
 )
 from mqcore.store.hashing import java_string_hash
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator
+from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.properties import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -313,7 +314,7 @@ _SAFE_KEYS_CHARS = 8000
 def place_plain_batch(
     config: TopicConfig,
     queue_id: int,
-    messages: Sequence[Message],
+    messages: Sequence[Message] | PlainColumns,
     *,
     uniq: UniqKeyGenerator,
     max_message_size: int,
@@ -327,7 +328,9 @@ def place_plain_batch(
     gives them ``UNIQ_KEY`` and encodes them in its plain-batch loop). Nothing is copied:
     the messages go to :func:`store_plain_batch` as they are. No ``Placed`` and no
     ``OutgoingMessage`` per message: on a Kafka batch of thousands of records those
-    conversions cost more than the store's own encoding.
+    conversions cost more than the store's own encoding. ``messages`` may be columns
+    (``PlainColumns``): checked as ``to_messages()`` would be, the messages built only
+    for a batch that breaks a rule (to raise its error).
 
     Raises:
         ValidationError / MessageIllegalError / NoPermissionError: as ``place_messages``.
@@ -338,7 +341,27 @@ def place_plain_batch(
     check_writable(config)
     if not messages:
         raise ValidationError("messages", "empty", "messages: send at least one message")
+    if isinstance(messages, PlainColumns):
+        if _surely_fine(config.topic_name, messages, max_message_size, max_batch_bytes):
+            return
+        messages = messages.to_messages()
     _check_plain(config.topic_name, messages, uniq, max_message_size, max_batch_bytes)
+
+
+def _surely_fine(
+    topic: str, columns: PlainColumns, max_message_size: int, max_batch_bytes: int
+) -> bool:
+    """Whether :func:`_check_plain` surely passes ``columns.to_messages()``: a few C-level
+    passes over the columns instead of a step per message."""
+    if columns.topic != topic or set(map(type, columns.bodies)) != {bytes}:
+        return False
+    lengths = list(map(len, columns.bodies))
+    keys = columns.keys
+    return (
+        0 < min(lengths) <= max(lengths) <= max_message_size
+        and sum(lengths) <= max_batch_bytes
+        and (keys.count("") == len(keys) or all(_surely_fits(None, k) for k in keys))
+    )
 
 
 def place_plain_round_robin(
@@ -411,33 +434,48 @@ def _check_plain(
 
 
 def store_plain_batch(
-    store: MessageStore, messages: Sequence[Message], queue_id: int, broker_name: str
+    store: MessageStore,
+    messages: Sequence[Message] | PlainColumns,
+    queue_id: int,
+    broker_name: str,
 ) -> SendResult:
     """Put a batch checked by :func:`place_plain_batch` with one put (consecutive offsets
     from the first message's). Raises on a refused put as :func:`store_placed` does.
+    Columns go to ``put_plain_columns``, the store's ``put_batch`` for them.
 
     Returns:
         The first message's SendResult: the others follow it, one queue offset each.
     """
-    puts = store.put_batch(messages, queue_id)
+    if isinstance(messages, PlainColumns):
+        puts = store.put_plain_columns(messages, queue_id)
+    else:
+        puts = store.put_batch(messages, queue_id)
     if isinstance(puts, BatchPutResults):  # one status for the batch; one offsetMsgId made
-        r: Any = _SendResultBuilder()
-        r.status = _status_of(puts.status, puts)
-        r.msg_id = puts.msg_ids[0]
-        r.offset_msg_id = puts.offset_msg_id_at(0)
-        r.topic = puts.topic
-        r.queue_id = queue_id
-        r.queue_offset = puts.queue_offsets[0]
-        r.broker_name = broker_name
-        r.store_timestamp = puts.store_timestamp
-        r.delayed = False
-        r.__class__ = SendResult
-        return r  # type: ignore[no-any-return]
+        return _first_result(puts, queue_id, broker_name)
+    if isinstance(messages, PlainColumns):  # put by the general path: one result a message
+        messages = messages.to_messages()
     result = _send_result(_placed(messages[0], queue_id), puts[0], broker_name)
     for message, put in zip(messages, puts, strict=True):  # one put's statuses agree: check
         if put.status is not PutStatus.PUT_OK and put.status is not PutStatus.FLUSH_DISK_TIMEOUT:
             _send_result(_placed(message, queue_id), put, broker_name)  # raises
     return result
+
+
+def _first_result(puts: BatchPutResults, queue_id: int, broker_name: str) -> SendResult:
+    """The SendResult of a plain batch's first message (one status for the batch; one
+    offsetMsgId made)."""
+    r: Any = _SendResultBuilder()
+    r.status = _status_of(puts.status, puts)
+    r.msg_id = puts.msg_ids[0]
+    r.offset_msg_id = puts.offset_msg_id_at(0)
+    r.topic = puts.topic
+    r.queue_id = queue_id
+    r.queue_offset = puts.queue_offsets[0]
+    r.broker_name = broker_name
+    r.store_timestamp = puts.store_timestamp
+    r.delayed = False
+    r.__class__ = SendResult
+    return r  # type: ignore[no-any-return]
 
 
 def store_plain_round_robin(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,7 +49,7 @@ from mqcore.store.format import (
 )
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
-from mqcore.store.plain_batch import encode_plain
+from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
 from mqcore.store.record_layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -213,7 +214,7 @@ class CommitLog:
 
     def append_plain(
         self,
-        msgs: Sequence[Message],
+        msgs: Sequence[Message] | PlainColumns,
         queue_id: int,
         uniq_head: str,
         uniq_first: int,
@@ -221,8 +222,9 @@ class CommitLog:
         default_born_host: HostAddress,
     ) -> BatchPutResults | None:
         """Append a plain batch (``plain_batch.py``) contiguously in one segment, under the
-        put lock: the same bytes and offsets as :meth:`append`. The arguments besides
-        ``msgs`` are :func:`encode_plain`'s. Thread-safe.
+        put lock: the same bytes and offsets as :meth:`append`. ``msgs`` are messages
+        (:func:`encode_plain`) or columns (:func:`encode_plain_columns`); the other
+        arguments are the encoder's. Thread-safe.
 
         Returns:
             The PutResults (status PUT_OK), or None when the batch is not plain (nothing
@@ -232,7 +234,10 @@ class CommitLog:
             MessageIllegalError: as :meth:`append` (too big for a segment, or an integer
                 field outside its width); nothing is written then.
         """
-        key = (msgs[0].topic, queue_id)
+        if isinstance(msgs, PlainColumns):
+            key, encode = (msgs.topic, queue_id), partial(encode_plain_columns, msgs)
+        else:
+            key, encode = (msgs[0].topic, queue_id), partial(encode_plain, msgs)
         max_body = self.config.max_message_size
         store_host = self.store_host
         with self.put_lock:
@@ -240,8 +245,8 @@ class CommitLog:
             store_timestamp = self.clock.now_ms()
             queue_offset = self.queue_offsets.get(key, 0)
             phys_offset = segment.base_offset + segment.wrote_position
-            batch = encode_plain(
-                msgs, queue_id, uniq_head, uniq_first, now_ms, max_body, default_born_host,
+            batch = encode(
+                queue_id, uniq_head, uniq_first, now_ms, max_body, default_born_host,
                 store_host, phys_offset, queue_offset, store_timestamp,
             )  # fmt: skip
             if batch is None:
@@ -259,8 +264,8 @@ class CommitLog:
                 segment = self.segments.last_or_create(0)
                 phys_offset = segment.base_offset + segment.wrote_position
                 # Encoding is deterministic: the same records at the new position.
-                batch = encode_plain(
-                    msgs, queue_id, uniq_head, uniq_first, now_ms, max_body, default_born_host,
+                batch = encode(
+                    queue_id, uniq_head, uniq_first, now_ms, max_body, default_born_host,
                     store_host, phys_offset, queue_offset, store_timestamp,
                 )  # fmt: skip
                 assert batch is not None

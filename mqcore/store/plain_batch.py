@@ -17,6 +17,11 @@ Anything unusual (user properties, a second topic, an empty or oversized body, a
 value holding a separator, a host that is not an address, ...) makes :func:`encode_plain`
 return None before anything is written, and the caller takes the general path, which
 raises the errors in its order.
+
+A Kafka produce batch comes as columns (:class:`PlainColumns`: one topic and born host,
+a body, key and born timestamp per record, nothing else): :func:`encode_plain_columns`
+writes what :func:`encode_plain` writes for ``to_messages()`` with no message per record,
+and hands any batch it does not surely encode to :func:`encode_plain` as messages.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate, repeat
+from operator import add, and_
 
 from mqcore.errors import MessageIllegalError, ValidationError
 from mqcore.message import Message
@@ -98,17 +106,10 @@ def encode_plain(
             ``encode_record_parts``).
     """
     topic = msgs[0].topic
-    cached = TOPIC_FIELDS.get(topic)
-    if cached is None:
-        try:
-            cached = cache_topic_field(topic, 0)
-        except MessageIllegalError:
-            return None
-    topic_field, magic, fixed_sizes = cached
-    store = _host_bytes(store_host)
-    if store is None:
+    fields = _topic_and_store(topic, store_host)
+    if fields is None:
         return None
-    store_bits = 2 if len(store) == IPV6_HOST_SIZE else 0
+    topic_field, magic, fixed_sizes, store, store_bits = fields
     plen = _PLEN
     crc32 = zlib.crc32
     not_v6_mask = ~HOST_V6_FLAGS
@@ -214,16 +215,175 @@ def encode_plain(
         raise MessageIllegalError(
             "record", "field_range", f"record: an integer field does not fit its width ({exc})"
         ) from None
-    parts = [topic_field] * (5 * len(headers))  # header, body, topic, properties length, properties
-    parts[0::5] = headers
-    parts[1::5] = bodies
-    parts[3::5] = length_fields
-    parts[4::5] = properties_fields
     results = BatchPutResults(
         PutStatus.PUT_OK, topic, queue_id, store_timestamp, msg_ids, starts, queue_offsets,
         phys_offset, partial(create_offset_msg_ids, store),
     )  # fmt: skip
+    parts = _interleave(topic_field, headers, bodies, length_fields, properties_fields)
     return parts, results, phys_offset - start, queue_offset
+
+
+@dataclass(slots=True)
+class PlainColumns:
+    """A plain batch of one topic as columns: what a Kafka produce batch of records without
+    headers is (``kafka_listener.plain_columns``). Record ``i`` is the message
+    ``to_messages()[i]``: body, keys and born timestamp of its own, the batch's topic and
+    born host, and nothing else (no tags, properties, flag or delay level)."""
+
+    topic: str
+    bodies: Sequence[bytes]
+    keys: Sequence[str]  # "" for none (a keyless Kafka record), else one key
+    born_timestamps: Sequence[int | None]  # None: the store's time (BORNTIMESTAMP)
+    born_host: HostAddress | None = None
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def to_messages(self) -> list[Message]:
+        """The equivalent messages (what the general paths and the tests take)."""
+        topic, host = self.topic, self.born_host
+        return [
+            Message(topic, body, None, keys, None, 0, born_timestamp, host)
+            for body, keys, born_timestamp in zip(
+                self.bodies, self.keys, self.born_timestamps, strict=True
+            )
+        ]
+
+
+def encode_plain_columns(
+    columns: PlainColumns,
+    queue_id: int,
+    uniq_head: str,
+    uniq_first: int,
+    now_ms: int,
+    max_body: int,
+    default_born_host: HostAddress,
+    store_host: HostAddress,
+    phys_offset: int,
+    queue_offset: int,
+    store_timestamp: int,
+) -> EncodedBatch | None:
+    """:func:`encode_plain` of ``columns.to_messages()``: same arguments, bytes, results,
+    None and errors, without a message per record.
+
+    Each step is a C-level ``map`` or a comprehension over a column (CRCs, sizes, positions,
+    headers) rather than a step of one Python loop: ~0.4 us a record less than building the
+    messages and encoding them (5,000 keyless 100-byte records). A batch this does not
+    surely encode (a body that is not ``bytes`` or out of range, a key with a separator or
+    long properties, an integer out of range, a topic or host that cannot be encoded) goes
+    to :func:`encode_plain` as messages, which decides: rare batches pay for the messages,
+    and no rule is written twice.
+    """
+    bodies = columns.bodies
+    count = len(bodies)
+    try:
+        fields = _topic_and_store(columns.topic, store_host)
+        born = _host_bytes(columns.born_host or default_born_host)
+        if fields is None or born is None or not count or set(map(type, bodies)) != {bytes}:
+            raise _Declined
+        body_lengths = list(map(len, bodies))
+        if not 0 < min(body_lengths) <= max(body_lengths) <= max_body:
+            raise _Declined
+        topic_field, magic, fixed_sizes, store, store_bits = fields
+        variant = (len(born) == IPV6_HOST_SIZE) | store_bits
+        fixed = fixed_sizes[variant] + len(topic_field)
+        msg_ids = [uniq_head + tail for tail in _uniq_tails(uniq_first, count)]
+        if columns.keys.count("") == count:  # keyless: the UNIQ_KEY alone, of one length
+            # (a comprehension of f-strings: ~0.1 us a record, ``map(str.format)`` ~0.3)
+            properties = [f"UNIQ_KEY\x01{msg_id}\x02".encode() for msg_id in msg_ids]
+            length_fields = [_PLEN[len(properties[0])]] * count
+            sizes = list(map(add, body_lengths, repeat(fixed + len(properties[0]))))
+        else:
+            properties = _keyed_properties(columns.keys, msg_ids)
+            properties_lengths = list(map(len, properties))
+            if max(properties_lengths) >= _PLEN_TABLE_SIZE:
+                raise _Declined
+            length_fields = list(map(_PLEN.__getitem__, properties_lengths))
+            sizes = list(map(add, map(add, body_lengths, properties_lengths), repeat(fixed)))
+        starts = list(accumulate(sizes, initial=phys_offset))
+        end = starts.pop()
+        queue_offsets = list(range(queue_offset, queue_offset + count))
+        born_timestamps = columns.born_timestamps
+        if None in born_timestamps:
+            born_timestamps = [now_ms if t is None else t for t in born_timestamps]
+        headers = list(
+            map(
+                ENCODE_HEADERS[variant].pack, sizes, repeat(magic),
+                map(and_, map(zlib.crc32, bodies), repeat(0x7FFFFFFF)), repeat(queue_id),
+                repeat(0), queue_offsets, starts, repeat(variant << 4), born_timestamps,
+                repeat(born), repeat(store_timestamp), repeat(store), repeat(0), repeat(0),
+                body_lengths,
+            )
+        )  # fmt: skip
+    except (_Declined, struct.error, TypeError):
+        return encode_plain(
+            columns.to_messages(), queue_id, uniq_head, uniq_first, now_ms, max_body,
+            default_born_host, store_host, phys_offset, queue_offset, store_timestamp,
+        )  # fmt: skip
+    results = BatchPutResults(
+        PutStatus.PUT_OK, columns.topic, queue_id, store_timestamp, msg_ids, starts,
+        queue_offsets, end, partial(create_offset_msg_ids, store),
+    )  # fmt: skip
+    parts = _interleave(topic_field, headers, bodies, length_fields, properties)
+    return parts, results, end - phys_offset, queue_offset + count
+
+
+class _Declined(Exception):
+    """A batch :func:`encode_plain_columns` leaves to :func:`encode_plain`."""
+
+
+def _keyed_properties(keys: Sequence[str], msg_ids: list[str]) -> list[bytes]:
+    """The properties of records with a key or none: ``KEYS`` (if any) then ``UNIQ_KEY``,
+    as :func:`encode_plain` writes them.
+
+    Raises:
+        _Declined: a key it must decide (not text, holding the pair separator, not
+            encodable).
+    """
+    for k in keys:
+        if k.__class__ is not str or "\x02" in k:
+            raise _Declined
+    try:
+        return [
+            (f"KEYS\x01{k}\x02UNIQ_KEY\x01{u}\x02" if k else f"UNIQ_KEY\x01{u}\x02").encode()
+            for k, u in zip(keys, msg_ids, strict=True)
+        ]
+    except UnicodeEncodeError:
+        raise _Declined from None
+
+
+def _interleave(
+    topic_field: bytes,
+    headers: Sequence[bytes],
+    bodies: Sequence[bytes],
+    length_fields: Sequence[bytes],
+    properties_fields: Sequence[bytes],
+) -> list[bytes]:
+    """The parts of the records, in order: header, body, topic, properties length and
+    properties of each."""
+    parts = [topic_field] * (5 * len(headers))
+    parts[0::5] = headers
+    parts[1::5] = bodies
+    parts[3::5] = length_fields
+    parts[4::5] = properties_fields
+    return parts
+
+
+def _topic_and_store(
+    topic: str, store_host: HostAddress
+) -> tuple[bytes, int, tuple[int, ...], bytes, int] | None:
+    """The topic's field, magic code and fixed record sizes (``cache_topic_field``), the
+    store host's bytes and its variant bits; None when either cannot be encoded."""
+    cached = TOPIC_FIELDS.get(topic)
+    if cached is None:
+        try:
+            cached = cache_topic_field(topic, 0)
+        except MessageIllegalError:
+            return None
+    store = _host_bytes(store_host)
+    if store is None:
+        return None
+    return (*cached, store, 2 if len(store) == IPV6_HOST_SIZE else 0)
 
 
 _NO_HOST = object()

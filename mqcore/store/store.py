@@ -40,6 +40,7 @@ from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexService
 from mqcore.store.lockfile import StoreLock
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator, create_offset_msg_id
+from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.prefault import Prefaulter, start_prefaulter
 from mqcore.store.progress import Progress, Slot, publish_config
 from mqcore.store.properties import (
@@ -386,8 +387,22 @@ class MessageStore:
             log.debug("put refused: %s", self.unwritable_reason)
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, m.topic, queue_id) for m in msgs]
         plain = self._put_plain(msgs, queue_id)
-        if plain is not None:
-            return plain
+        return plain if plain is not None else self._put_general(msgs, queue_id)
+
+    def put_plain_columns(
+        self, columns: PlainColumns, queue_id: int = 0
+    ) -> BatchPutResults | list[PutResult]:
+        """:meth:`put_batch` of ``columns.to_messages()`` (same records, results and errors;
+        one reservation of UNIQ_KEYs, as there), making those messages only for a batch the
+        plain path does not take (``plain_batch.encode_plain_columns``). Thread-safe."""
+        self._check_open()
+        if not columns.bodies or not self.writable:
+            return self.put_batch(columns.to_messages(), queue_id)
+        plain = self._put_plain(columns, queue_id)
+        return plain if plain is not None else self._put_general(columns.to_messages(), queue_id)
+
+    def _put_general(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
+        """The general put path: a record and a PutResult object per message."""
         pending = [self._prepare(m, queue_id) for m in msgs]
         appended = self.commit_log.append([p for p, _, _ in pending])
         roles.publish_append(self)
@@ -422,9 +437,12 @@ class MessageStore:
             results.append(r)
         return results
 
-    def _put_plain(self, msgs: Sequence[Message], queue_id: int) -> BatchPutResults | None:
+    def _put_plain(
+        self, msgs: Sequence[Message] | PlainColumns, queue_id: int
+    ) -> BatchPutResults | None:
         """The plain-batch path (``plain_batch.py``), or None to take the general one."""
-        if msgs[0].topic not in self._valid_topics:
+        topic = msgs.topic if isinstance(msgs, PlainColumns) else msgs[0].topic
+        if topic not in self._valid_topics:
             return None  # the general path validates it (and remembers it)
         head, first = self._uniq.reserve(len(msgs))
         results = self.commit_log.append_plain(

@@ -1,0 +1,187 @@
+"""Plain batches as columns (``plain_batch.PlainColumns``): ``encode_plain_columns`` and
+``MessageStore.put_plain_columns`` write exactly the records, and return exactly the
+results, that ``encode_plain`` and ``put_batch`` give for ``columns.to_messages()``; a
+batch the columns do not take is left to the messages' path, which decides."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from mqcore.clock import FakeClock
+from mqcore.errors import MessageIllegalError, ValidationError
+from mqcore.message import Message
+from mqcore.store import MessageStore
+from mqcore.store.msgid import HostAddress, UniqKeyGenerator
+from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
+from mqcore.store.results import BatchPutResults, PutStatus
+from tests.mqcore.store.test_plain_batch import SMALL, T0
+
+HOST = HostAddress("10.0.0.9", 4000)
+INT64_EDGES = [0, -1, 1, (1 << 63) - 1, -(1 << 63), None]
+
+
+def columns(
+    bodies: list[bytes],
+    keys: list[str] | None = None,
+    born_timestamps: list[int | None] | None = None,
+    topic: str = "T",
+    born_host: HostAddress | None = HOST,
+) -> PlainColumns:
+    return PlainColumns(
+        topic,
+        bodies,
+        [""] * len(bodies) if keys is None else keys,
+        [T0 + i for i in range(len(bodies))] if born_timestamps is None else born_timestamps,
+        born_host,
+    )
+
+
+def batches() -> dict[str, PlainColumns]:
+    rng = random.Random(7)
+    sizes = [1, 2, 100, 1500, 4096]
+    n = 150  # a batch fits in one 64 KiB segment
+    mixed_keys = [rng.choice(["", f"id-{i}", "ключ", "k" * 900]) for i in range(50)]
+    return {
+        "keyless": columns([rng.randbytes(100) for _ in range(n)]),
+        "keyed": columns([b"v" * 10] * n, [f"order-{i}" for i in range(n)]),
+        "mixed": columns([rng.randbytes(rng.choice(sizes[:4])) for _ in range(50)], mixed_keys),
+        "one byte": columns([b"x"]),
+        "large": columns([bytes(60_000)]),
+        "sizes": columns([bytes(s) for s in sizes]),
+        "timestamps": columns([b"t"] * len(INT64_EDGES), born_timestamps=INT64_EDGES),
+        "default host": columns([b"h"] * 3, born_host=None),
+        "ipv6 host": columns([b"h"] * 3, born_host=HostAddress("2001:db8::17", 1)),
+        "long keys": columns([b"x"] * 2, ["a" * 2000, ""]),  # past the columns' table
+        "separator key": columns([b"x"] * 2, ["", "a\x02b"]),
+        "key with a space": columns([b"x"] * 2, ["a b", "c"]),
+        "empty body": columns([b"x", b""]),
+        "bytearray body": columns([b"x", bytearray(b"y")]),  # type: ignore[list-item]
+        "oversized body": columns([b"x", bytes(SMALL.max_message_size + 1)]),
+        "timestamp past int64": columns([b"x"] * 2, born_timestamps=[T0, 1 << 63]),
+        "topic not encodable": columns([b"x"], topic="\ud800"),
+        "host not an address": columns([b"x"], born_host=HostAddress("host.example", 1)),
+    }
+
+
+BATCHES = batches()
+
+
+def _encode(encoder: object, batch: object, phys_offset: int) -> object:
+    args = (7, "AC1100010000ABCDEF0123456789", 0xFFF0, T0 + 5, SMALL.max_message_size)
+    hosts = (HostAddress("127.0.0.1", 0), HostAddress("10.0.0.1", 10911))
+    try:
+        return encoder(batch, *args, *hosts, phys_offset, 42, T0)  # type: ignore[operator]
+    except MessageIllegalError as exc:
+        return ("raised", exc.field, exc.rule)
+
+
+@pytest.mark.parametrize("name", list(BATCHES))
+@pytest.mark.parametrize("phys_offset", [0, 3 * 1024 * 1024 * 1024])
+def test_the_columns_encode_as_their_messages(name: str, phys_offset: int) -> None:
+    batch = BATCHES[name]
+    expected = _encode(encode_plain, batch.to_messages(), phys_offset)
+    got = _encode(encode_plain_columns, batch, phys_offset)
+    assert got == expected
+    if isinstance(got, tuple) and len(got) == 4:  # encoded: the parts and results too
+        parts, results, total, next_queue_offset = got
+        assert b"".join(parts) == b"".join(expected[0])  # type: ignore[index]
+        assert list(results) == list(expected[1])  # type: ignore[index]
+        assert results.end == phys_offset + total
+        assert next_queue_offset == 42 + len(batch)
+
+
+def test_which_batches_the_encoders_refuse() -> None:
+    refused = {n for n, b in BATCHES.items() if _encode(encode_plain_columns, b, 0) is None}
+    assert refused == {
+        "separator key",
+        "empty body",
+        "bytearray body",
+        "oversized body",
+        "topic not encodable",
+        "host not an address",
+    }
+    raised = _encode(encode_plain_columns, BATCHES["timestamp past int64"], 0)
+    assert raised == ("raised", "record", "field_range")
+
+
+def _twin_stores(tmp_path: Path) -> tuple[MessageStore, MessageStore]:
+    stores = []
+    for name in ("messages", "columns"):
+        store = MessageStore(tmp_path / name, SMALL, clock=FakeClock(T0)).open()
+        store._uniq = UniqKeyGenerator(ip="10.0.0.1", pid=1, clock=FakeClock(T0))
+        store.put_message(Message("T", b"first"))
+        stores.append(store)
+    return stores[0], stores[1]
+
+
+def _commit_log(store: MessageStore) -> bytes:
+    """The CommitLog's bytes, segment by segment (blank records included)."""
+    end, size = store.commit_log.max_offset, SMALL.commitlog_file_size
+    out = b""
+    for base in range(0, end, size):
+        raw = store.commit_log.read(base, min(size, end - base))
+        assert raw is not None
+        out += raw
+    return out
+
+
+def _outcome(put: Callable[[], object]) -> object:
+    try:
+        return put()
+    except (MessageIllegalError, ValidationError) as exc:
+        return ("raised", exc.rule)
+
+
+def test_put_plain_columns_writes_what_put_batch_writes(tmp_path: Path) -> None:
+    by_messages, by_columns = _twin_stores(tmp_path)
+    with by_messages, by_columns:
+        rolled = 0
+        taken: set[str] = set()
+        for name, batch in BATCHES.items():
+            for queue_id in (0, 1):
+                if name == "large" and queue_id:
+                    continue  # keep the segments few
+                expected = _outcome(partial(by_messages.put_batch, batch.to_messages(), queue_id))
+                got = _outcome(partial(by_columns.put_plain_columns, batch, queue_id))
+                assert got == expected, name  # results (columns or a list) or the error
+                if isinstance(expected, BatchPutResults):
+                    assert isinstance(got, BatchPutResults), name
+                    assert got.to_list() == expected.to_list(), name
+                    assert got.end == by_columns.commit_log.max_offset
+                    rolled += got[0].phys_offset % SMALL.commitlog_file_size == 0
+                    taken.add(name)
+                assert _commit_log(by_columns) == _commit_log(by_messages), name
+        assert taken == set(BATCHES) - {
+            "separator key", "empty body", "bytearray body", "oversized body",
+            "timestamp past int64", "topic not encodable", "host not an address",
+        }  # fmt: skip
+        assert rolled >= 1  # at least one batch went to the next segment after a blank
+        assert by_columns.commit_log.max_offset > 2 * SMALL.commitlog_file_size
+
+
+def test_a_refused_batch_writes_nothing(tmp_path: Path) -> None:
+    by_messages, by_columns = _twin_stores(tmp_path)
+    with by_messages, by_columns:
+        end = by_columns.commit_log.max_offset
+        huge = columns([bytes(40_000), bytes(40_000)])  # more than a segment holds
+        with pytest.raises(MessageIllegalError) as info:
+            by_columns.put_plain_columns(huge, 0)
+        assert info.value.rule == "max_batch_bytes"
+        with pytest.raises(MessageIllegalError):
+            by_messages.put_batch(huge.to_messages(), 0)
+        assert by_columns.commit_log.max_offset == end
+        assert _commit_log(by_columns) == _commit_log(by_messages)
+
+
+def test_an_unwritable_store_refuses_columns_as_put_batch_does(tmp_path: Path) -> None:
+    with MessageStore(tmp_path, SMALL, clock=FakeClock(T0)) as store:
+        assert store.put_plain_columns(columns([]), 0) == []
+        store.set_writable(False, "test")
+        (refused,) = store.put_plain_columns(columns([b"x"]), 0)
+        assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert store.commit_log.max_offset == 0
