@@ -356,11 +356,21 @@ def _surely_fine(
     if columns.topic != topic or set(map(type, columns.bodies)) != {bytes}:
         return False
     lengths = list(map(len, columns.bodies))
+    if not 0 < min(lengths) <= max(lengths) <= max_message_size or sum(lengths) > max_batch_bytes:
+        return False
     keys = columns.keys
+    if keys.count("") == len(keys):
+        return True
+    # _surely_fits(None, key) for every key at once (~0.15 us a key less than a call each)
+    try:
+        text = "".join(keys)
+    except TypeError:
+        return False
     return (
-        0 < min(lengths) <= max(lengths) <= max_message_size
-        and sum(lengths) <= max_batch_bytes
-        and (keys.count("") == len(keys) or all(_surely_fits(None, k) for k in keys))
+        max(map(len, keys)) <= _SAFE_KEYS_CHARS
+        and text.isascii()
+        and "\x01" not in text
+        and "\x02" not in text
     )
 
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate, repeat
-from operator import add, and_
+from operator import add
 
 from mqcore.errors import MessageIllegalError, ValidationError
 from mqcore.message import Message
@@ -306,10 +306,11 @@ def encode_plain_columns(
         born_timestamps = columns.born_timestamps
         if None in born_timestamps:
             born_timestamps = [now_ms if t is None else t for t in born_timestamps]
+        crc32 = zlib.crc32
+        crcs = [crc32(body) & 0x7FFFFFFF for body in bodies]  # ~30 ns less than two maps
         headers = list(
             map(
-                ENCODE_HEADERS[variant].pack, sizes, repeat(magic),
-                map(and_, map(zlib.crc32, bodies), repeat(0x7FFFFFFF)), repeat(queue_id),
+                ENCODE_HEADERS[variant].pack, sizes, repeat(magic), crcs, repeat(queue_id),
                 repeat(0), queue_offsets, starts, repeat(variant << 4), born_timestamps,
                 repeat(born), repeat(store_timestamp), repeat(store), repeat(0), repeat(0),
                 body_lengths,

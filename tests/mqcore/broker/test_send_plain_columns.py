@@ -51,6 +51,8 @@ CASES: dict[str, tuple[str, int, list[Message]]] = {
     "large body": ("Orders", 0, _messages(b"x", b"x" * 101)),
     "keys too long": ("Orders", 0, _messages(b"x") + _messages(b"x", keys="k" * 33_000)),
     "separator in keys": ("Orders", 0, _messages(b"x") + _messages(b"x", keys="a\x02b")),
+    "pair mark in keys": ("Orders", 0, _messages(b"x") + _messages(b"x", keys="a\x01b")),
+    "long ascii keys": ("Orders", 0, _messages(b"x") + _messages(b"x", keys="k" * 9000)),
     "batch bytes": ("Orders", 0, _messages(*[b"x" * 100] * 11)),
     "other topic": ("Orders", 0, _messages(b"x", topic="Other")),
 }
@@ -111,4 +113,4 @@ def test_columns_send_as_their_messages(twins: tuple[Broker, Broker], stopped: b
         assert by_columns.status().put_total == by_messages.status().put_total, name
     if not stopped:  # the cases reach every kind of answer
         assert len(outcomes) >= 5
-        assert by_columns.status().put_total == 9  # the five batches stored
+        assert by_columns.status().put_total == 13  # the seven batches stored
