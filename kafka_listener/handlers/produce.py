@@ -7,7 +7,8 @@ first message's queue offset. Two ways, same stored messages and same answers:
 
 * **plain batches** (no headers, non-empty values, null or text keys: nearly all):
   ``plain_records.plain_messages`` decodes the records straight into store messages
-  and :meth:`Broker.send_plain` stores them, with no per-record objects in between;
+  (columns, ``PlainColumns``, for batches of 256 records or more) and
+  :meth:`Broker.send_plain` stores them, with no per-record objects in between;
 * **everything else** (and every malformed batch, whose error the general decoder
   names): ``Record`` tuples, ``mapping.record_to_message`` and :meth:`Broker.send`.
 
@@ -37,6 +38,7 @@ from mqcore.broker.broker import Broker
 from mqcore.broker.types import SendResult
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
 from mqcore.message import Message
+from mqcore.store.plain_batch import PlainColumns
 
 from .. import mapping
 from ..arrivals import QueueRef
@@ -57,6 +59,7 @@ from ..records import (
 from .context import Call, KafkaContext, Later
 from .topics import kafka_topic
 
+PlainBatch = list[Message] | PlainColumns
 _OFFSET_DELTA = itemgetter(0)  # Record.offset_delta
 _VISIBLE_AT = "_visible_at"  # private key: where a stored batch ends, popped before replying
 MAX_VISIBILITY_WAIT_MS = 5_000
@@ -87,7 +90,7 @@ def _partition_reply(code: int, base_offset: int = -1, log_start: int = -1) -> d
 
 def _decode(
     records: bytes, topic: str, partition: int, call: Call
-) -> tuple[BatchHeader, list[Message] | None, list[Record]]:
+) -> tuple[BatchHeader, PlainBatch | None, list[Record]]:
     """The batch's header and either its plain messages (``plain_records.py``, the fast
     path) or its records (general path: headers, tombstones, binary keys, and every
     malformed batch, whose error this raises as ``decode_batch`` does)."""
@@ -173,7 +176,7 @@ def _send(
     broker: Broker,
     topic: str,
     partition: int,
-    plain: list[Message] | None,
+    plain: PlainBatch | None,
     decoded: list[Record],
     call: Call,
 ) -> SendResult:

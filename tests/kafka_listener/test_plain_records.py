@@ -33,6 +33,7 @@ from mqcore.clock import SystemClock
 from mqcore.errors import RemoteProtocolError
 from mqcore.message import Message
 from mqcore.store.msgid import HostAddress
+from mqcore.store.plain_batch import PlainColumns
 
 from .harness import TEST_STORE_CONFIG
 
@@ -63,8 +64,13 @@ def _general(section: bytes, count: int) -> list[tuple[Any, ...]] | None:
     return out
 
 
+def _as_messages(found: list[Message] | PlainColumns | None) -> list[Message] | None:
+    """The decoders' answer as messages (columns are compared through ``to_messages``)."""
+    return found.to_messages() if isinstance(found, PlainColumns) else found
+
+
 def _plain(section: bytes, count: int) -> list[tuple[Any, ...]] | None:
-    messages = plain_messages(section, count, BASE_TS, "t", HOST)
+    messages = _as_messages(plain_messages(section, count, BASE_TS, "t", HOST))
     return None if messages is None else [_fields(m) for m in messages]
 
 
@@ -177,8 +183,9 @@ def _columns(section: bytes, count: int, base: int = BASE_TS) -> object:
     found = plain_columns(section, count, base, "t", HOST)
     if found is UNDECIDED or found is None:
         return found
-    assert isinstance(found, list)
-    return [_fields(m) for m in found]
+    assert isinstance(found, PlainColumns)
+    assert len(found) == count
+    return [_fields(m) for m in found.to_messages()]
 
 
 @pytest.mark.parametrize("n", [1, 64, 65, 8192, 8200])
@@ -194,7 +201,7 @@ def test_what_arrays_cannot_hold_is_left_to_the_loop() -> None:
     for section, count, base in ((ten_bytes, 2, BASE_TS), (ten_bytes, 2, 2**62 + 5)):
         assert _columns(section, count, base) is UNDECIDED
         expected = _loop(section, count, base)
-        messages = plain_messages(section, count, base, "t", HOST)
+        messages = _as_messages(plain_messages(section, count, base, "t", HOST))
         assert [_fields(m) for m in messages or []] == (expected or [])
     nine_bytes = encode_records(
         [(0, BASE_TS, None, b"v", ()), (1, BASE_TS - 2**61, b"k", b"w", ())], BASE_TS
@@ -248,7 +255,7 @@ def test_columns_agree_with_the_loop(rows: list[Any], data: st.DataObject) -> No
         expected = _loop(case, n)
         if got is not UNDECIDED:
             assert got == expected
-        messages = plain_messages(case, n, BASE_TS, "t", HOST)
+        messages = _as_messages(plain_messages(case, n, BASE_TS, "t", HOST))
         assert (None if messages is None else [_fields(m) for m in messages]) == expected
 
 
