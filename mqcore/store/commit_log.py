@@ -37,7 +37,6 @@ from mqcore.errors import CorruptRecordError, MessageIllegalError
 from mqcore.message import Message, MessageExt
 from mqcore.store.config import StoreConfig
 from mqcore.store.delay_levels import parse_delay_levels
-from mqcore.store.dispatch_scan import Row, scan_rows
 from mqcore.store.format import (
     Blank,
     Corrupt,
@@ -395,33 +394,6 @@ class CommitLog:
                 break
             offset = base + self.file_size
         yield offset
-
-    def dispatch_rows(
-        self, from_offset: int, end_offset: int, max_bytes: int, delay_levels_ms: Sequence[int]
-    ) -> tuple[list[Row], int]:
-        """:meth:`iter_dispatch` as rows (``dispatch_scan.py``): the same walk, the same stops,
-        the fields reput writes. Returns the rows and the offset the walk reached."""
-        rows: list[Row] = []
-        offset = max(from_offset, self.min_offset)
-        budget_end = offset + max_bytes
-        while offset < end_offset and offset < budget_end:
-            segment = self.segments.find(offset)
-            if segment is None or not segment.hold():
-                break
-            base = segment.base_offset
-            try:
-                limit = min(segment.wrote_position, end_offset - base)
-                stop = min(limit, budget_end - base)
-                pos, to_next_segment = scan_rows(
-                    segment.buffer, offset - base, stop, limit, delay_levels_ms, rows
-                )
-            finally:
-                segment.release()
-            if not to_next_segment:
-                offset = base + pos
-                break
-            offset = base + self.file_size
-        return rows, offset
 
     # -- tools ----------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ hands to ``ConsumeQueueStore.put_columns`` and ``IndexService.build_index_many``
 (``IndexColumns``) as they are. A run of up to 512 records is framed with numpy (the
 TOTALSIZE chain, then one gather of all headers and vectorised framing checks, the topic
 decoded only where it changes), and the properties of the run are decoded and split at once
-(:func:`_properties_of_run`). :func:`scan_rows` gives the same records as plain tuples
-(:data:`Row`, ``CommitLog.dispatch_rows``). The files come out byte for byte as from the
+(:func:`_properties_of_run`); ``Columns.rows()`` gives the same records as plain tuples
+(:data:`Row`). The files come out byte for byte as from the
 request path (``test_store_fast_paths.py``, ``test_dispatch_scan.py``,
 ``test_dispatch_columns.py``).
 
@@ -266,31 +266,6 @@ def _properties_of(raw: bytes) -> tuple[str | None, str | None, str | None]:
         if tags and keys and uniq_key:
             return tags, keys, uniq_key
     return _three(segments)
-
-
-def scan_rows(
-    buf: mmap.mmap | bytes,
-    pos: int,
-    stop: int,
-    limit: int,
-    delay_levels_ms: Sequence[int],
-    rows: list[Row],
-) -> tuple[int, bool]:
-    """Append a row for each record in ``buf`` (a segment's mapping, or bytes: slices must
-    be hashable) from ``pos`` while ``pos < stop`` (``limit``: end of the readable bytes, as
-    ``decode_dispatch`` takes it), as ``CommitLog.iter_dispatch``
-    walks a segment: a corrupt record that states its size is skipped; a blank record,
-    a record not fully written, or a corrupt one with no size ends the walk.
-
-    :func:`scan_columns` does the walk; this only turns its columns into rows.
-
-    Returns:
-        ``(position reached, whether a blank record sent the walk to the next segment)``.
-    """
-    columns = Columns()
-    reached = scan_columns(buf, pos, stop, limit, delay_levels_ms, columns)
-    rows.extend(columns.rows())
-    return reached
 
 
 # --- the column walk ------------------------------------------------------------------------------
@@ -707,7 +682,11 @@ def scan_columns(
     delay_levels_ms: Sequence[int],
     out: Columns,
 ) -> tuple[int, bool]:
-    """:func:`scan_rows` into columns: the same records, fields, skips and stops.
+    """Append the columns of each record in ``buf`` (a segment's mapping, or bytes: slices
+    must be hashable) from ``pos`` while ``pos < stop`` (``limit``: end of the readable
+    bytes, as ``decode_dispatch`` takes it), as ``CommitLog.iter_dispatch`` walks a segment:
+    a corrupt record that states its size is skipped; a blank record, a record not fully
+    written, or a corrupt one with no size ends the walk.
 
     Returns:
         ``(position reached, whether a blank record sent the walk to the next segment)``.
@@ -732,8 +711,8 @@ def dispatch_columns(
     max_bytes: int,
     delay_levels_ms: Sequence[int],
 ) -> tuple[Columns, int]:
-    """``CommitLog.dispatch_rows`` as columns (reput's walk): the same segments, stops and
-    records. Returns the columns and the offset the walk reached."""
+    """:meth:`CommitLog.iter_dispatch`'s walk as columns (reput's): the same segments, stops
+    and records. Returns the columns and the offset the walk reached."""
     out = Columns()
     offset = max(from_offset, commit_log.min_offset)
     budget_end = offset + max_bytes

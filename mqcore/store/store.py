@@ -35,7 +35,6 @@ from mqcore.store.commit_log import CommitLog, PendingRecord
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.dispatch_scan import Row
 from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexService
 from mqcore.store.lockfile import StoreLock
@@ -628,10 +627,6 @@ class MessageStore:
                     batch = []
             roles.publish_reput(self)
             return count
-
-    def _dispatch_rows(self, rows: list[Row]) -> None:
-        """:meth:`_dispatch_many` for rows (``dispatch_write.write_rows``)."""
-        dispatch_write.write_rows(self, rows)
 
     def _dispatch_many(self, batch: Sequence[DispatchRequest]) -> None:
         """``_dispatch`` then the listeners, in batches (``dispatch_write.write_requests``)."""

@@ -1,4 +1,4 @@
-"""``CommitLog.dispatch_rows`` (reput without listeners, ``dispatch_scan.py``) walks the log as
+"""``dispatch_scan.dispatch_columns`` (reput without listeners) walks the log as
 ``iter_dispatch`` does: the same records, fields, skips and stopping offsets, on every kind of
 record (IPv6 hosts, V2 topics, SCHEDULE_TOPIC_XXXX, corrupt ones, blank records)."""
 
@@ -11,7 +11,7 @@ from mqcore.clock import FakeClock
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.commit_log import CommitLog
-from mqcore.store.dispatch_scan import DispatchRow
+from mqcore.store.dispatch_scan import DispatchRow, dispatch_columns
 from mqcore.store.format import DispatchRequest, decode_record
 from mqcore.store.msgid import HostAddress
 from mqcore.store.properties import encode_properties
@@ -92,10 +92,11 @@ def test_rows_walk_the_log_as_iter_dispatch_does(tmp_path: Path) -> None:
         for budget in budgets:
             start = rng.choice([0, victim.phys_offset])
             stop = rng.choice([end, end - 1, rng.randrange(start, end)])
-            rows, reached = log.dispatch_rows(start, stop, budget, log.delay_levels_ms)
+            columns, reached = dispatch_columns(log, start, stop, budget, log.delay_levels_ms)
+            rows = columns.rows()
             assert (rows, reached) == walk_requests(log, start, stop, budget)
-        raw_rows, reached = log.dispatch_rows(0, end, 1 << 30, log.delay_levels_ms)
-        rows = [DispatchRow(*row) for row in raw_rows]
+        columns, reached = dispatch_columns(log, 0, end, 1 << 30, log.delay_levels_ms)
+        rows = [DispatchRow(*row) for row in columns.rows()]
         assert reached == end
         assert len(rows) == 401  # every record but the victim
         assert {r.topic for r in rows} == set(TOPICS)
