@@ -520,33 +520,8 @@ def _plain_results(
     """The SendResults of one put of plain messages (stored where they belong)."""
     if isinstance(puts, BatchPutResults):
         return _column_results(puts, broker_name)
-    # One put's results share a status (one lock, one flush): mapped once, from the first;
-    # a result that differs goes through _send_result all the same.
-    put_status = puts[0].status
-    status = _send_status(puts[0])
-    topic = messages[0].topic
-    new_result = _SendResultBuilder
-    results: list[Any] = []
-    append = results.append
-    r: Any
-    for message, put in zip(messages, puts, strict=True):
-        if put.status is not put_status:
-            append(_send_result(_placed(message, queue_id), put, broker_name))
-            continue
-        # _send_result's SendResult, inline: this loop runs for every message of a batch.
-        r = new_result()
-        r.status = status
-        r.msg_id = put.msg_id
-        r.offset_msg_id = put.offset_msg_id
-        r.topic = topic
-        r.queue_id = queue_id
-        r.queue_offset = put.queue_offset
-        r.broker_name = broker_name
-        r.store_timestamp = put.store_timestamp
-        r.delayed = False
-        r.__class__ = SendResult
-        append(r)
-    return results
+    # Not the plain path (a topic's first put, a refused put): as store_placed reports it.
+    return _put_results([_placed(m, queue_id) for m in messages], puts, broker_name)
 
 
 def _column_results(puts: BatchPutResults, broker_name: str) -> list[SendResult]:
@@ -718,39 +693,48 @@ def store_placed(
         else:
             group.append(index)
     results: list[Any] = [None] * len(placed)
-    new_result = _SendResultBuilder
-    r: Any
     for indexes in groups.values():
-        first = placed[indexes[0]]
-        puts = store.put_batch([placed[i].message for i in indexes], first.store_queue_id)
-        if isinstance(puts, BatchPutResults) and all(
-            _as_stored(placed[i], puts.topic) for i in indexes
-        ):
-            for i, result in zip(indexes, _column_results(puts, broker_name), strict=True):
-                results[i] = result
+        members = [placed[i] for i in indexes]
+        puts = store.put_batch([p.message for p in members], members[0].store_queue_id)
+        if isinstance(puts, BatchPutResults) and all(_as_stored(p, puts.topic) for p in members):
+            sent = _column_results(puts, broker_name)
+        else:
+            sent = _put_results(members, puts, broker_name)
+        for i, result in zip(indexes, sent, strict=True):
+            results[i] = result
+    return results
+
+
+def _put_results(
+    placed: Sequence[Placed], puts: Sequence[PutResult], broker_name: str
+) -> list[SendResult]:
+    """The SendResults of one put's PutResult objects, each reported where ``placed`` says
+    it belongs. Raises on a refused put."""
+    # One put's results share a status (one lock, one flush): mapped once, from the first;
+    # a result that differs goes through _send_result all the same.
+    put_status = puts[0].status
+    status = _send_status(puts[0])
+    new_result = _SendResultBuilder
+    results: list[Any] = []
+    append = results.append
+    r: Any
+    for p, put in zip(placed, puts, strict=True):
+        if put.status is not put_status:
+            append(_send_result(p, put, broker_name))
             continue
-        # One put's results share a status (one lock, one flush): mapped once, from the
-        # first; a result that differs goes through _send_result all the same.
-        put_status = puts[0].status
-        status = _send_status(puts[0])
-        for i, put in zip(indexes, puts, strict=True):
-            p = placed[i]
-            if put.status is not put_status:
-                results[i] = _send_result(p, put, broker_name)
-                continue
-            # _send_result's SendResult, inline: this loop runs for every message of a batch.
-            r = new_result()
-            r.status = status
-            r.msg_id = put.msg_id
-            r.offset_msg_id = put.offset_msg_id
-            r.topic = p.real_topic
-            r.queue_id = p.real_queue_id
-            r.queue_offset = put.queue_offset
-            r.broker_name = broker_name
-            r.store_timestamp = put.store_timestamp
-            r.delayed = p.delayed
-            r.__class__ = SendResult
-            results[i] = r
+        # _send_result's SendResult, inline: this loop runs for every message of a batch.
+        r = new_result()
+        r.status = status
+        r.msg_id = put.msg_id
+        r.offset_msg_id = put.offset_msg_id
+        r.topic = p.real_topic
+        r.queue_id = p.real_queue_id
+        r.queue_offset = put.queue_offset
+        r.broker_name = broker_name
+        r.store_timestamp = put.store_timestamp
+        r.delayed = p.delayed
+        r.__class__ = SendResult
+        append(r)
     return results
 
 
