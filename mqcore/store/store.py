@@ -404,13 +404,7 @@ class MessageStore:
         """The general put path: a record and a PutResult object per message."""
         pending = [self._prepare(m, queue_id) for m in msgs]
         appended = self.commit_log.append([p for p, _, _ in pending])
-        roles.publish_append(self)
-        prefault = self._prefault
-        if prefault is not None:
-            last = appended[-1]
-            if last.phys_offset + last.size > prefault.trigger:
-                prefault.wake()
-        self.appended.set()
+        self._appended_to(appended[-1].phys_offset + appended[-1].size)
         status = PutStatus.PUT_OK
         if self.config.flush == "sync" and any(wait for _, _, wait in pending):
             last = appended[-1]
@@ -450,18 +444,23 @@ class MessageStore:
         if results is None:
             return None
         end = results.end
-        roles.publish_append(self, end)
-        prefault = self._prefault
-        if prefault is not None and end > prefault.trigger:
-            prefault.wake()
-        if not self.appended.is_set():  # set() takes the Event's lock even when it is set
-            self.appended.set()
+        self._appended_to(end)
         if self.config.flush == "sync":  # plain messages carry no WAIT=false
             if not self.commit_log.flush_until(end):
                 results = results.with_status(PutStatus.FLUSH_DISK_TIMEOUT)
             roles.publish_append(self)
             self.appended.set()  # reput may now dispatch up to the new flushed offset
         return results
+
+    def _appended_to(self, end: int) -> None:
+        """After an append that ended at CommitLog offset ``end``: publish it, keep the
+        pre-fault window ahead of it and wake reput."""
+        roles.publish_append(self, end)
+        prefault = self._prefault
+        if prefault is not None and end > prefault.trigger:
+            prefault.wake()
+        if not self.appended.is_set():  # set() takes the Event's lock even when it is set
+            self.appended.set()
 
     def _prepare(self, msg: Message, queue_id: int) -> tuple[PendingRecord, str, bool]:
         topic = msg.topic
