@@ -32,7 +32,7 @@ from typing import Any
 
 from api.serializers.common import INT32_MAX
 from mqcore.broker.types import OutgoingMessage
-from mqcore.message import Message
+from mqcore.message import Message, plain_message
 from mqcore.store.msgid import HostAddress
 
 #: The fields of ``MessageInSerializer``; any other key makes the body "not plain".
@@ -124,14 +124,6 @@ def plain_messages(data: Any, max_messages: int) -> list[OutgoingMessage] | None
     return out
 
 
-# round_robin_messages sets every field of a Message itself: one added there must be added here.
-assert tuple(Message.__slots__) == (
-    "topic", "body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host",
-    "reconsume_times", "sys_flag", "delay_level",
-)  # fmt: skip
-_new_message = Message.__new__
-
-
 def round_robin_messages(
     data: Any, max_messages: int, topic: str, born_host: HostAddress | None
 ) -> list[Message] | None:
@@ -149,8 +141,7 @@ def round_robin_messages(
     append = out.append
     batch_keys: list[Any] = []  # every key of the batch, checked by _keys_plain at the end
     add_keys = batch_keys.extend
-    new_message = _new_message
-    message_class = Message
+    new_message = plain_message
     for item in items:
         if item.__class__ is not dict:
             return None
@@ -171,24 +162,11 @@ def round_robin_messages(
         body = item.get("body")  # absent when the other field is not "body"
         if body.__class__ is not str or not body:
             return None
-        # Message(topic, body, keys=keys, born_host=born_host) without the dataclass
-        # __init__ (keyword handling), as mqcore.broker.sending._plain_message makes it.
-        m = new_message(message_class)
         try:
-            m.body = body.encode("utf-8")
+            encoded = body.encode("utf-8")
         except UnicodeEncodeError:
             return None
-        m.topic = topic
-        m.tags = None
-        m.keys = keys
-        m.properties = None
-        m.flag = 0
-        m.born_timestamp = None
-        m.born_host = born_host
-        m.reconsume_times = 0
-        m.sys_flag = 0
-        m.delay_level = 0
-        append(m)
+        append(new_message(topic, encoded, keys, None, born_host))
     if batch_keys and not _keys_plain(batch_keys):
         return None
     return out

@@ -22,22 +22,14 @@ per varint costs as much as the rest of a record).
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from mqcore.errors import RemoteProtocolError
-from mqcore.message import Message
+from mqcore.message import Message, plain_message
 from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns
 
 from .plain_columns import MIN_COLUMN_RECORDS, UNDECIDED, plain_columns
 from .record_codec import MIN_RECORD_BYTES, _uvarint
 
-# plain_messages sets every field of a Message itself: one added there must be added here.
-assert tuple(f.name for f in fields(Message)) == (
-    "topic", "body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host",
-    "reconsume_times", "sys_flag", "delay_level",
-)  # fmt: skip
-_new_message = Message.__new__
 _MIN_LENGTH_ZIGZAG = MIN_RECORD_BYTES << 1
 
 
@@ -81,7 +73,7 @@ def plain_messages_loop(
         return None
     out: list[Message] = []
     append = out.append
-    new = _new_message
+    new = plain_message
     pos = 0
     try:
         for expected in range(0, count << 1, 2):  # zigzag of the offset delta 0, 1, ...
@@ -164,21 +156,7 @@ def plain_messages_loop(
             pos += 1
             if pos != record_end:
                 return None
-            # Message(topic, value, keys=keys, born_timestamp=timestamp, born_host=...)
-            # without the dataclass __init__ (its keyword handling costs ~1 us a record).
-            m = new(Message)
-            m.topic = topic
-            m.body = value
-            m.tags = None
-            m.keys = keys
-            m.properties = None
-            m.flag = 0
-            m.born_timestamp = timestamp
-            m.born_host = born_host
-            m.reconsume_times = 0
-            m.sys_flag = 0
-            m.delay_level = 0
-            append(m)
+            append(new(topic, value, keys, timestamp, born_host))
     except (IndexError, UnicodeDecodeError, RemoteProtocolError):
         return None  # truncated, not text, or a varint too long: the general path says which
     return out if pos == end else None

@@ -62,7 +62,7 @@ from mqcore.errors import (
     StoreNotWritableError,
     ValidationError,
 )
-from mqcore.message import Message
+from mqcore.message import Message, plain_message
 from mqcore.metadata import Metadata, TopicConfig
 from mqcore.metadata.topics import (
     NOT_ALLOWED_SEND_TOPICS,
@@ -126,7 +126,6 @@ assert tuple(f.name for f in fields(Message)) == (
     "topic", "body", "tags", "keys", "properties", "flag", "born_timestamp", "born_host",
     "reconsume_times", "sys_flag", "delay_level",
 )  # fmt: skip
-_new_message = Message.__new__
 
 
 def _placed(message: Message, queue_id: int) -> Placed:
@@ -606,20 +605,9 @@ def _plain_message(
     store can encode the batch in its plain loop (``mqcore.store.plain_batch``). Its
     properties are checked here all the same, as the store will encode them (with an id as
     long as the store's), so a bad one fails the whole send before anything is stored."""
-    # Message(topic, out.body, tags=..., keys=..., flag=..., born_timestamp=...,
-    # born_host=...) without the dataclass __init__ (keyword handling cost ~1 us a message).
-    message = _new_message(Message)
-    message.topic = topic
-    message.body = out.body
-    message.tags = out.tag or None
-    message.keys = out.keys
-    message.properties = None
-    message.flag = out.flag
-    message.born_timestamp = out.born_timestamp
-    message.born_host = born_host
-    message.reconsume_times = 0
-    message.sys_flag = 0
-    message.delay_level = 0
+    message = plain_message(
+        topic, out.body, out.keys, out.born_timestamp, born_host, out.tag or None, out.flag
+    )
     if not _surely_fits(message.tags, message.keys):
         try:
             validate_properties_size(
