@@ -71,10 +71,8 @@ assert set(_OutgoingBuilder.__slots__) == {
 
 def plain_messages(data: Any, max_messages: int) -> list[OutgoingMessage] | None:
     """The messages of ``{"messages": [...]}``, or None if the serializer must decide."""
-    if data.__class__ is not dict or len(data) != 1:
-        return None
-    items = data.get("messages")
-    if items.__class__ is not list or not 0 < len(items) <= max_messages:
+    items = _message_items(data, max_messages)
+    if items is None:
         return None
     out: list[OutgoingMessage] = []
     append = out.append
@@ -132,10 +130,8 @@ def round_robin_messages(
     :func:`plain_messages`' OutgoingMessages, for ``Broker.send_plain_round_robin``; None
     for any other body (then :func:`plain_messages` decides). The same checks as
     :func:`plain_messages`' usual path, and no OutgoingMessage for the broker to copy."""
-    if data.__class__ is not dict or len(data) != 1:
-        return None
-    items = data.get("messages")
-    if items.__class__ is not list or not 0 < len(items) <= max_messages:
+    items = _message_items(data, max_messages)
+    if items is None:
         return None
     out: list[Message] = []
     append = out.append
@@ -170,6 +166,17 @@ def round_robin_messages(
     if batch_keys and not _keys_plain(batch_keys):
         return None
     return out
+
+
+def _message_items(data: Any, max_messages: int) -> list[Any] | None:
+    """The list of ``{"messages": [...]}`` when that is the whole body and it holds 1 to
+    ``max_messages`` items; else None (the serializer decides)."""
+    if data.__class__ is not dict or len(data) != 1:
+        return None
+    items = data.get("messages")
+    if items.__class__ is not list or not 0 < len(items) <= max_messages:
+        return None
+    return items
 
 
 def _keys_plain(keys: list[Any]) -> bool:
