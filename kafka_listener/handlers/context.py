@@ -16,6 +16,7 @@ from ..batch_cache import BatchCache
 from ..coordinator import DEFAULT_INITIAL_REBALANCE_DELAY_MS, GroupCoordinator
 from ..framing import DEFAULT_MAX_FRAME_BYTES
 from ..idempotence import ProducerStates
+from ..read_ahead import ReadAhead
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +62,10 @@ class ListenerConfig:
 @dataclass
 class KafkaContext:
     """Shared state of one listener. The coordinator is used from the event loop only;
-    ``producers``, ``batch_cache`` and ``arrivals`` are thread-safe; ``commit_metadata``
+    ``producers``, ``batch_cache``, ``read_ahead`` and ``arrivals`` are thread-safe; ``commit_metadata``
     sees single dict operations from worker threads (atomic under the GIL).
-    ``arrivals`` listens to the store's dispatches from creation until :meth:`close`."""
+    ``arrivals`` listens to the store's dispatches from creation until :meth:`close`, which
+    also stops ``read_ahead``'s thread (Fetch's store-path batches built ahead)."""
 
     broker: Broker
     config: ListenerConfig
@@ -71,6 +73,7 @@ class KafkaContext:
     coordinator: GroupCoordinator = field(init=False)
     producers: ProducerStates = field(init=False)
     batch_cache: BatchCache = field(init=False)
+    read_ahead: ReadAhead[Any] = field(init=False)
     arrivals: Arrivals = field(init=False)
     versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     advertised: tuple[str, int] = ("127.0.0.1", 9092)
@@ -83,13 +86,15 @@ class KafkaContext:
         )
         self.producers = ProducerStates(self.clock)
         self.batch_cache = BatchCache(self.config.fetch_cache_bytes)
+        self.read_ahead = ReadAhead()
         self.arrivals = Arrivals(self.broker.store)
         self.broker.store.add_arrivals_listener(self.arrivals.on_arrivals)
 
     def close(self) -> None:
-        """Stop listening to dispatches (the listener is closing)."""
+        """Stop listening to dispatches and reading ahead (the listener is closing)."""
         with contextlib.suppress(ValueError):  # closed twice
             self.broker.store.remove_arrivals_listener(self.arrivals.on_arrivals)
+        self.read_ahead.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,8 +44,6 @@ answer then), or -1 when there is none.
 from __future__ import annotations
 
 import asyncio
-import threading
-import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -74,10 +72,6 @@ ZSTD_FETCH_VERSION = 10  # Kafka refuses zstd batches to older Fetch versions
 # A store record is larger than its Kafka record (about 130 bytes of header, topic and
 # properties against about 10), so a pull for N Kafka bytes may read more store bytes.
 _STORE_BYTES_PER_KAFKA_BYTE = 4
-# Each listener's read-ahead (``read_ahead.py``), made on its first Fetch; by id() since a
-# KafkaContext is not hashable, removed (and its thread stopped) when the context goes.
-_READ_AHEAD: dict[int, ReadAhead[_Local]] = {}
-_READ_AHEAD_LOCK = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -333,28 +327,11 @@ def _read_cached(broker: Broker, part: _Part, limit: int, max_records: int, use:
     return True
 
 
-def _read_ahead_of(ctx: KafkaContext) -> ReadAhead[_Local]:
-    key = id(ctx)
-    with _READ_AHEAD_LOCK:
-        ahead = _READ_AHEAD.get(key)
-        if ahead is None:
-            ahead = _READ_AHEAD[key] = ReadAhead()
-            weakref.finalize(ctx, _drop_read_ahead, key)
-        return ahead
-
-
-def _drop_read_ahead(key: int) -> None:
-    with _READ_AHEAD_LOCK:
-        ahead = _READ_AHEAD.pop(key, None)
-    if ahead is not None:
-        ahead.close()
-
-
 def _read_all(ctx: KafkaContext, parts: list[_Part], max_bytes: int, version: int) -> int:
     """Read every partition; returns the record bytes found. Runs in a worker thread."""
     cache = ctx.batch_cache
     use = _CacheUse(cache, version >= ZSTD_FETCH_VERSION) if cache.max_bytes > 0 else None
-    ahead = _read_ahead_of(ctx)
+    ahead = ctx.read_ahead
     total = 0
     for part in parts:
         part.error = 0

@@ -138,7 +138,7 @@ def test_the_next_fetch_takes_the_batch_read_ahead(ctx: KafkaContext, broker: Br
     first = fetch_at(ctx, 0)
     end = end_of(first)
     assert 0 < end < 2000 and first == fresh(broker, 0).records
-    ahead = fetch._read_ahead_of(ctx)
+    ahead = ctx.read_ahead
     future = ahead.take(("t", 0, end))
     assert future is not None
     built = future.result()
@@ -160,7 +160,7 @@ def test_a_build_the_store_no_longer_matches_is_not_served(
     ctx: KafkaContext, broker: Broker
 ) -> None:
     end = end_of(fetch_at(ctx, 0))
-    ahead = fetch._read_ahead_of(ctx)
+    ahead = ctx.read_ahead
     assert ahead.take(("t", 0, end)) is not None
     # What a queue whose offsets started again would leave behind: the first record's
     # CommitLog position differs.
@@ -178,7 +178,7 @@ def test_a_build_the_store_no_longer_matches_is_not_served(
 def test_no_read_ahead_at_the_end_of_the_queue(ctx: KafkaContext) -> None:
     request = fetch_request("t", 0, 0)  # 1 MiB: everything in one answer
     assert end_of(fetched(call(ctx, ApiKey.FETCH, request))["records"]) == 2000
-    assert len(fetch._read_ahead_of(ctx)) == 0
+    assert len(ctx.read_ahead) == 0
 
 
 @pytest.mark.e2e
@@ -219,7 +219,7 @@ def test_a_build_not_started_yet_is_read_in_the_foreground(
     ctx: KafkaContext, broker: Broker
 ) -> None:
     end = end_of(fetch_at(ctx, 0))
-    ahead = fetch._read_ahead_of(ctx)
+    ahead = ctx.read_ahead
     ahead.take(("t", 0, end))
     release = threading.Event()
 
