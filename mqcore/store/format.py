@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import socket
 import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
 from mqcore.errors import CorruptRecordError, MessageIllegalError
 from mqcore.message import MessageExt
+from mqcore.store.body_crc import BODY_CRC_MASK, crc32
 from mqcore.store.delay_levels import (
     DEFAULT_DELAY_LEVELS,
     DEFAULT_DELAY_LEVELS_MS,
@@ -279,7 +279,7 @@ def encode_record_parts(
         header = ENCODE_HEADERS[variant].pack(
             total,
             magic,
-            zlib.crc32(body) & 0x7FFFFFFF,  # masked CRC-32 (hashing.masked_crc32, inlined)
+            crc32(body) & BODY_CRC_MASK,  # body_crc.body_crc, inlined
             queue_id,
             flag,
             queue_offset,
@@ -423,7 +423,7 @@ def _frame(
         return Corrupt(total, f"length mismatch: body length {body_length}, TOTALSIZE {total}")
     if check_crc and body_length > 0:
         (stored_crc,) = INT32.unpack_from(buf, pos + BODY_CRC_POSITION)
-        crc = zlib.crc32(buf[body_pos:topic_length_pos]) & 0x7FFFFFFF
+        crc = crc32(buf[body_pos:topic_length_pos]) & BODY_CRC_MASK
         if crc != stored_crc:
             return Corrupt(0, f"body CRC mismatch: stored {stored_crc}, computed {crc}")
     if topic_length_size == 1:

@@ -34,8 +34,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple, overload
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import ValidationError
@@ -359,6 +359,81 @@ class UniqKeyGenerator:
             head = f"{self._prefix_hex}{diff & 0xFFFFFFFF:08X}"
             self._last_head = (diff, head)
         return head, counter
+
+
+_HEX4: list[str] | None = None
+"""The 4 upper-case hex digits of 0..65535 (a UNIQ_KEY's counter), built on first use (a
+~3 MB table: an index costs ~20 ns, formatting the counter ~250 ns)."""
+
+
+def hex4_table() -> list[str]:
+    """:data:`_HEX4`, built on first use."""
+    global _HEX4
+    table = _HEX4
+    if table is None:  # two threads may both build it; either list is complete when bound
+        table = _HEX4 = [f"{i:04X}" for i in range(0x10000)]
+    return table
+
+
+def reserved_tails(first: int, count: int) -> list[str]:
+    """The last 4 hex digits of the ``count`` ids of ``reserve(count)`` that returned
+    ``first``: id ``i`` is the reserved head + tail ``i``."""
+    hex4 = hex4_table()
+    first &= 0xFFFF
+    if first + count <= 0x10000:
+        return hex4[first : first + count]
+    return [hex4[(first + i) & 0xFFFF] for i in range(count)]  # the counter wraps
+
+
+class ReservedIds(Sequence[str]):
+    """The ids of one :meth:`UniqKeyGenerator.reserve` as a sequence, each made when read:
+    a put's callers mostly read one (the Kafka listener: the first) or none, and making
+    every id of a batch costs ~75 ns an id. Equal to the list of the same ids."""
+
+    __slots__ = ("_count", "_first", "_head", "_ids")
+
+    def __init__(self, head: str, first: int, count: int) -> None:
+        self._head = head
+        self._first = first
+        self._count = count
+        self._ids: list[str] | None = None
+
+    def to_list(self) -> list[str]:
+        """Every id, made once."""
+        ids = self._ids
+        if ids is None:
+            head = self._head
+            ids = self._ids = [head + tail for tail in reserved_tails(self._first, self._count)]
+        return ids
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return self.to_list()[index]
+        if not -self._count <= index < self._count:
+            raise IndexError("ReservedIds index out of range")
+        return self._head + hex4_table()[(self._first + index % self._count) & 0xFFFF]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ReservedIds | list | tuple):
+            return self.to_list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, as a list
+
+    def __repr__(self) -> str:
+        return f"ReservedIds({self.to_list()!r})"
 
 
 def uniq_key_time_ms(uniq_key: str, near_ms: int) -> int | None:

@@ -27,16 +27,26 @@ and hands any batch it does not surely encode to :func:`encode_plain` as message
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import accumulate, repeat
 from operator import add
 
+import numpy as np
+import numpy.typing as npt
+
 from mqcore.errors import MessageIllegalError, ValidationError
 from mqcore.message import Message
-from mqcore.store.msgid import IPV6_HOST_SIZE, HostAddress, create_offset_msg_ids
+from mqcore.store.body_crc import BODY_CRC_MASK, crc32
+from mqcore.store.msgid import (
+    IPV6_HOST_SIZE,
+    HostAddress,
+    ReservedIds,
+    create_offset_msg_ids,
+    reserved_tails,
+)
+from mqcore.store.plain_grid import MIN_GRID_RECORDS, encode_grid, properties_size
 from mqcore.store.properties import MAX_PROPERTIES_BYTES, encode_message_properties
 from mqcore.store.record_layout import (
     ENCODE_HEADERS,
@@ -53,19 +63,6 @@ EncodedBatch = tuple[list[bytes], BatchPutResults, int, int]
 """A plain batch encoded at a given CommitLog position (:func:`encode_plain`): the parts
 (``b"".join(parts)`` is the records), the PutResults (status PUT_OK), the total bytes and
 the next queue offset. A bare tuple: a NamedTuple costs ~0.3 us a batch to build."""
-
-
-_HEX4: list[str] | None = None
-"""The 4 upper-case hex digits of 0..65535 (the UNIQ_KEY counter), built on first use (a
-~3 MB table: an index costs ~20 ns, formatting the counter ~250 ns)."""
-
-
-def _hex4() -> list[str]:
-    global _HEX4
-    table = _HEX4
-    if table is None:  # two threads may both build it; either list is complete when bound
-        table = _HEX4 = [f"{i:04X}" for i in range(0x10000)]
-    return table
 
 
 def _plen_table() -> list[bytes]:
@@ -111,7 +108,6 @@ def encode_plain(
         return None
     topic_field, magic, fixed_sizes, store, store_bits = fields
     plen = _PLEN
-    crc32 = zlib.crc32
     not_v6_mask = ~HOST_V6_FLAGS
     # The born host of the previous message and what follows from it (hosts repeat).
     last_host: object = _NO_HOST
@@ -130,7 +126,7 @@ def encode_plain(
     queue_offsets: list[int] = []
     start = phys_offset
     try:
-        for m, uniq_tail in zip(msgs, _uniq_tails(uniq_first, len(msgs)), strict=True):
+        for m, uniq_tail in zip(msgs, reserved_tails(uniq_first, len(msgs)), strict=True):
             body = m.body
             body_length = len(body)
             if (
@@ -196,7 +192,7 @@ def encode_plain(
             born_timestamp = m.born_timestamp
             headers.append(
                 pack(
-                    size, magic, crc32(body) & 0x7FFFFFFF, queue_id, m.flag, record_queue_offset,
+                    size, magic, crc32(body) & BODY_CRC_MASK, queue_id, m.flag, record_queue_offset,
                     phys_offset, (sys_flag & not_v6_mask) | host_flags,
                     now_ms if born_timestamp is None else born_timestamp, born, store_timestamp,
                     store, m.reconsume_times, 0, body_length,
@@ -235,9 +231,24 @@ class PlainColumns:
     keys: Sequence[str]  # "" for none (a keyless Kafka record), else one key
     born_timestamps: Sequence[int | None]  # None: the store's time (BORNTIMESTAMP)
     born_host: HostAddress | None = None
+    _lengths: npt.NDArray[np.int64] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.bodies)
+
+    def body_lengths(self) -> npt.NDArray[np.int64] | None:
+        """Each body's length, or None when some body is not ``bytes``; worked out once
+        (the broker's checks and the encoder both read it; the columns are not changed
+        once read)."""
+        lengths = self._lengths
+        if lengths is None:
+            bodies = self.bodies
+            if set(map(type, bodies)) != {bytes}:
+                return None
+            lengths = self._lengths = np.fromiter(map(len, bodies), np.int64, len(bodies))
+        return lengths
 
     def to_messages(self) -> list[Message]:
         """The equivalent messages (what the general paths and the tests take)."""
@@ -266,12 +277,14 @@ def encode_plain_columns(
     """:func:`encode_plain` of ``columns.to_messages()``: same arguments, bytes, results,
     None and errors, without a message per record.
 
-    Each step is a C-level ``map`` or a comprehension over a column (CRCs, sizes, positions,
-    headers) rather than a step of one Python loop: ~0.4 us a record less than building the
-    messages and encoding them (5,000 keyless 100-byte records). A batch this does not
-    surely encode (a body that is not ``bytes`` or out of range, a key with a separator or
-    long properties, an integer out of range, a topic or host that cannot be encoded) goes
-    to :func:`encode_plain` as messages, which decides: rare batches pay for the messages,
+    A batch of records without keys or with keys of one length (``plain_grid.py``) is
+    encoded as one numpy grid of headers and tails; other batches step by step, each step a
+    C-level ``map`` or a comprehension over a column (CRCs, sizes, positions, headers)
+    rather than a step of one Python loop: ~0.4 us a record less than building the messages
+    and encoding them (5,000 keyless 100-byte records). A batch this does not surely encode
+    (a body that is not ``bytes`` or out of range, a key with a separator or long
+    properties, an integer out of range, a topic or host that cannot be encoded) goes to
+    :func:`encode_plain` as messages, which decides: rare batches pay for the messages,
     and no rule is written twice.
     """
     bodies = columns.bodies
@@ -279,15 +292,39 @@ def encode_plain_columns(
     try:
         fields = _topic_and_store(columns.topic, store_host)
         born = _host_bytes(columns.born_host or default_born_host)
-        if fields is None or born is None or not count or set(map(type, bodies)) != {bytes}:
-            raise _Declined
-        body_lengths = list(map(len, bodies))
-        if not 0 < min(body_lengths) <= max(body_lengths) <= max_body:
+        lengths = columns.body_lengths() if count else None
+        if fields is None or born is None or lengths is None:
             raise _Declined
         topic_field, magic, fixed_sizes, store, store_bits = fields
         variant = (len(born) == IPV6_HOST_SIZE) | store_bits
+        header = ENCODE_HEADERS[variant]
+        born_timestamps = columns.born_timestamps
+        if None in born_timestamps:
+            born_timestamps = [now_ms if t is None else t for t in born_timestamps]
+        if count >= MIN_GRID_RECORDS:
+            keys_text = _grid_keys(columns.keys, count, len(uniq_head))
+            if keys_text is not None:
+                if not 0 < lengths.min() <= lengths.max() <= max_body:
+                    raise _Declined
+                crcs = np.fromiter(map(crc32, bodies), np.int64, count)
+                crcs &= BODY_CRC_MASK
+                template = header.pack(
+                    0, magic, 0, queue_id, 0, 0, 0, variant << 4, 0, born, store_timestamp,
+                    store, 0, 0, 0,
+                )  # fmt: skip
+                parts, starts, end = encode_grid(
+                    bodies, lengths, crcs, np.array(born_timestamps, np.int64), keys_text,
+                    template, topic_field, uniq_head, uniq_first, phys_offset, queue_offset,
+                )  # fmt: skip
+                return _encoded(
+                    columns, queue_id, store_timestamp, store, uniq_head, uniq_first, parts,
+                    starts, end, phys_offset, queue_offset,
+                )  # fmt: skip
+        body_lengths = lengths.tolist()
+        if not 0 < min(body_lengths) <= max(body_lengths) <= max_body:
+            raise _Declined
         fixed = fixed_sizes[variant] + len(topic_field)
-        msg_ids = [uniq_head + tail for tail in _uniq_tails(uniq_first, count)]
+        msg_ids = [uniq_head + tail for tail in reserved_tails(uniq_first, count)]
         if columns.keys.count("") == count:  # keyless: the UNIQ_KEY alone, of one length
             # (a comprehension of f-strings: ~0.1 us a record, ``map(str.format)`` ~0.3)
             properties = [f"UNIQ_KEY\x01{msg_id}\x02".encode() for msg_id in msg_ids]
@@ -303,30 +340,69 @@ def encode_plain_columns(
         starts = list(accumulate(sizes, initial=phys_offset))
         end = starts.pop()
         queue_offsets = list(range(queue_offset, queue_offset + count))
-        born_timestamps = columns.born_timestamps
-        if None in born_timestamps:
-            born_timestamps = [now_ms if t is None else t for t in born_timestamps]
-        crc32 = zlib.crc32
-        crcs = [crc32(body) & 0x7FFFFFFF for body in bodies]  # ~30 ns less than two maps
+        crc_list = [crc32(body) & BODY_CRC_MASK for body in bodies]  # ~30 ns less than two maps
         headers = list(
             map(
-                ENCODE_HEADERS[variant].pack, sizes, repeat(magic), crcs, repeat(queue_id),
+                header.pack, sizes, repeat(magic), crc_list, repeat(queue_id),
                 repeat(0), queue_offsets, starts, repeat(variant << 4), born_timestamps,
                 repeat(born), repeat(store_timestamp), repeat(store), repeat(0), repeat(0),
                 body_lengths,
             )
         )  # fmt: skip
-    except (_Declined, struct.error, TypeError):
+    except (_Declined, struct.error, TypeError, OverflowError):
         return encode_plain(
             columns.to_messages(), queue_id, uniq_head, uniq_first, now_ms, max_body,
             default_born_host, store_host, phys_offset, queue_offset, store_timestamp,
         )  # fmt: skip
-    results = BatchPutResults(
-        PutStatus.PUT_OK, columns.topic, queue_id, store_timestamp, msg_ids, starts,
-        queue_offsets, end, partial(create_offset_msg_ids, store),
-    )  # fmt: skip
     parts = _interleave(topic_field, headers, bodies, length_fields, properties)
+    return _encoded(
+        columns, queue_id, store_timestamp, store, uniq_head, uniq_first, parts, starts, end,
+        phys_offset, queue_offset,
+    )  # fmt: skip
+
+
+def _encoded(
+    columns: PlainColumns,
+    queue_id: int,
+    store_timestamp: int,
+    store: bytes,
+    uniq_head: str,
+    uniq_first: int,
+    parts: list[bytes],
+    starts: list[int],
+    end: int,
+    phys_offset: int,
+    queue_offset: int,
+) -> EncodedBatch:
+    """:func:`encode_plain_columns`' answer, its UNIQ_KEYs made when read."""
+    count = len(starts)
+    results = BatchPutResults(
+        PutStatus.PUT_OK, columns.topic, queue_id, store_timestamp,
+        ReservedIds(uniq_head, uniq_first, count), starts,
+        range(queue_offset, queue_offset + count), end, partial(create_offset_msg_ids, store),
+    )  # fmt: skip
     return parts, results, end - phys_offset, queue_offset + count
+
+
+def _grid_keys(keys: Sequence[str], count: int, uniq_length: int) -> bytes | None:
+    """The keys of a batch for ``plain_grid.encode_grid`` (b"" when there are none), or
+    None when it cannot take them: some but not all records keyed, keys of several
+    lengths, not ASCII, holding the pair separator, or too long for the length table."""
+    if keys.count("") == count:
+        return b""
+    if "" in keys or set(map(type, keys)) != {str}:
+        return None
+    joined = "".join(keys)
+    length = len(keys[0])
+    if (
+        len(joined) != length * count
+        or not joined.isascii()
+        or "\x02" in joined
+        or properties_size(length, uniq_length + 4) >= _PLEN_TABLE_SIZE
+        or list(map(len, keys)).count(length) != count
+    ):
+        return None
+    return joined.encode("ascii")
 
 
 class _Declined(Exception):
@@ -399,13 +475,3 @@ def _host_bytes(host: HostAddress) -> bytes | None:
         except ValidationError:
             return None
     return found
-
-
-def _uniq_tails(first: int, count: int) -> list[str]:
-    """The last 4 hex digits of the ``count`` UNIQ_KEYs of a batch reserved from ``first``
-    (``UniqKeyGenerator.reserve``): key ``i`` is the reserved head + tail ``i``."""
-    hex4 = _hex4()
-    first &= 0xFFFF
-    if first + count <= 0x10000:
-        return hex4[first : first + count]
-    return [hex4[(first + i) & 0xFFFF] for i in range(count)]  # the counter wraps in the batch

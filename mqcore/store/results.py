@@ -91,9 +91,9 @@ class BatchPutResults(Sequence[PutResult]):
         topic: str,
         queue_id: int,
         store_timestamp: int,
-        msg_ids: list[str],
+        msg_ids: Sequence[str],
         phys_offsets: list[int],
-        queue_offsets: list[int],
+        queue_offsets: Sequence[int],
         end: int,
         make_offset_msg_ids: Callable[[list[int]], list[str]],
     ) -> None:
