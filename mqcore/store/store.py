@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.errors import StoreClosedError
+from mqcore.errors import StoreClosedError, ValidationError
 from mqcore.message import Message, MessageExt
 from mqcore.store import dispatch_scan, dispatch_write, queries, roles
 from mqcore.store.arrivals import ArrivalsListener
@@ -436,7 +436,10 @@ class MessageStore:
         """The plain-batch path (``plain_batch.py``), or None to take the general one."""
         topic = msgs.topic if isinstance(msgs, PlainColumns) else msgs[0].topic
         if topic not in self._valid_topics:
-            return None  # the general path validates it (and remembers it)
+            try:
+                self._remember_valid(topic)
+            except ValidationError:
+                return None  # the general path raises it, in its order
         head, first = self._uniq.reserve(len(msgs))
         results = self.commit_log.append_plain(
             msgs, queue_id, head, first, self.clock.now_ms(), DEFAULT_BORN_HOST
@@ -462,13 +465,17 @@ class MessageStore:
         if not self.appended.is_set():  # set() takes the Event's lock even when it is set
             self.appended.set()
 
+    def _remember_valid(self, topic: str) -> None:
+        """``validate_topic``, remembered: a store sees a few topics, checked once each."""
+        validate_topic(topic)
+        if len(self._valid_topics) >= _VALID_TOPICS_MAX:
+            self._valid_topics.clear()
+        self._valid_topics.add(topic)
+
     def _prepare(self, msg: Message, queue_id: int) -> tuple[PendingRecord, str, bool]:
         topic = msg.topic
-        if topic not in self._valid_topics:  # a few topics, validated once each
-            validate_topic(topic)
-            if len(self._valid_topics) >= _VALID_TOPICS_MAX:
-                self._valid_topics.clear()
-            self._valid_topics.add(topic)
+        if topic not in self._valid_topics:
+            self._remember_valid(topic)
         max_size = self.config.max_message_size
         if not msg.body or len(msg.body) > max_size:
             validate_body(msg.body, max_size)

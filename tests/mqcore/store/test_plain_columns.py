@@ -238,3 +238,12 @@ def test_an_unwritable_store_refuses_columns_as_put_batch_does(tmp_path: Path) -
         (refused,) = store.put_plain_columns(columns([b"x"]), 0)
         assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert store.commit_log.max_offset == 0
+
+
+def test_a_new_topics_first_batch_takes_the_plain_path(tmp_path: Path) -> None:
+    with MessageStore(tmp_path, SMALL, clock=FakeClock(T0)) as store:
+        assert isinstance(store.put_plain_columns(columns([b"x"] * 3, topic="Fresh"), 0), BatchPutResults)  # fmt: skip
+        assert isinstance(store.put_batch([Message("Other", b"x")], 0), BatchPutResults)
+        with pytest.raises(ValidationError) as info:  # the general path's error, as before
+            store.put_plain_columns(columns([b"x"], topic="not a topic!"), 0)
+        assert info.value.rule == "characters"
