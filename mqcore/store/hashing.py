@@ -44,10 +44,13 @@ from itertools import compress
 from operator import mul
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "ascii_hash_u32",
+    "index_hash_array",
     "index_hash_with_prefix",
+    "index_hashes_of_grid",
     "index_hashes_with_prefix",
     "index_key_hash",
     "java_hash_u32",
@@ -189,7 +192,8 @@ def index_hashes_with_prefix(prefix_hashes: Sequence[int], keys: Sequence[str]) 
     length = lengths[0]
     if length <= _LANES_MAX_UNITS and lengths.count(length) == count and joined.isascii():
         # Reput's usual group: one length (UNIQ_KEYs; business keys of one shape).
-        return _column_hashes(prefix_hashes, joined.encode("ascii"), length)
+        same: list[int] = _column_hashes(prefix_hashes, joined.encode("ascii"), length).tolist()
+        return same
     out = [0] * count
     if joined.isascii():
         scalar: list[int] = []
@@ -209,27 +213,71 @@ def index_hashes_with_prefix(prefix_hashes: Sequence[int], keys: Sequence[str]) 
             continue
         prefixes = list(map(prefix_hashes.__getitem__, members))
         group = keys if isinstance(members, range) else list(map(keys.__getitem__, members))
-        hashes = _column_hashes(prefixes, "".join(group).encode("ascii"), length)
+        hashes = _column_hashes(prefixes, "".join(group).encode("ascii"), length).tolist()
         deque(map(out.__setitem__, members, hashes), maxlen=0)  # scatter back, in C
     for j in scalar:
         out[j] = index_hash_with_prefix(prefix_hashes[j], keys[j])
     return out
 
 
+def index_hash_array(prefix_hash: int, keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    """:func:`index_hashes_with_prefix` for keys of one topic (``prefix_hash``), as an int64
+    array: reput's columns then stay arrays to the index file (``index_bulk.py``). Keys of
+    one length go straight from the column scheme, with no int object per key."""
+    count = len(keys)
+    if count >= _LANES_MIN:
+        joined = "".join(keys)
+        length = len(keys[0])
+        if length <= _LANES_MAX_UNITS and len(joined) == length * count and joined.isascii():
+            if _all_of_length(keys, length):
+                return _column_hashes([prefix_hash] * count, joined.encode("ascii"), length).astype(
+                    np.int64
+                )
+    return np.array(index_hashes_with_prefix([prefix_hash] * count, keys), np.int64)
+
+
+def _all_of_length(keys: Sequence[str], length: int) -> bool:
+    lengths = list(map(len, keys))
+    return lengths.count(length) == len(lengths)
+
+
 def _not_ascii(key: str) -> bool:
     return not key.isascii()
 
 
-def _column_hashes(prefix_hashes: Sequence[int], text: bytes, length: int) -> list[int]:
+def _column_hashes(
+    prefix_hashes: Sequence[int], text: bytes, length: int
+) -> npt.NDArray[np.uint32]:
     """Index hashes of ``len(prefix_hashes)`` ASCII keys of ``length`` bytes each, stored
-    back to back in ``text`` (the column scheme described above).
+    back to back in ``text`` (the column scheme described above)."""
+    grid = np.frombuffer(text, np.uint8).reshape(len(prefix_hashes), length)
+    return _grid_hashes(prefix_hashes, grid)
+
+
+def index_hashes_of_grid(prefix_hash: int, grid: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """:func:`index_hash_array` for ASCII keys given as the rows of ``grid`` (one key a row,
+    all of one length: ``key_column.FixedKeys``), with no ``str`` made.
+
+    Args:
+        prefix_hash: ``java_hash_u32`` of the keys' prefix (``topic#``).
+        grid: ``(count, length)`` uint8, every byte < 128 (not checked), ``length >= 1``.
+
+    Returns:
+        The index key hashes, one per row.
+    """
+    return _grid_hashes([prefix_hash] * len(grid), grid).astype(np.int64)
+
+
+def _grid_hashes(
+    prefix_hashes: Sequence[int], grid: npt.NDArray[np.uint8]
+) -> npt.NDArray[np.uint32]:
+    """Index hashes of the ASCII keys in the rows of ``grid``, one prefix hash a row.
 
     The characters every key starts with are hashed once: hash(prefix + common + rest) =
     hash(prefix + common) * 31**len(rest) + hash(rest), so the columns start from
     hash(prefix + common) at column ``len(common)``. UNIQ_KEYs of one producer share ~28 of
     their 32 characters, business keys often a long stem."""
-    count = len(prefix_hashes)
-    grid = np.frombuffer(text, np.uint8).reshape(count, length)
+    count, length = grid.shape
     same = (grid == grid[0]).all(axis=0)  # the columns every key agrees on
     skip = length if same.all() else int(same.argmin())
     first = prefix_hashes[0]
@@ -239,7 +287,7 @@ def _column_hashes(prefix_hashes: Sequence[int], text: bytes, length: int) -> li
         lanes = np.array(prefix_hashes, np.uint32)
     if skip:
         lanes *= np.uint32(pow(31, skip, 1 << 32))
-        lanes += np.uint32(ascii_hash_u32(text[:skip]))
+        lanes += np.uint32(ascii_hash_u32(grid[0, :skip].tobytes()))
     # One row per character column (a contiguous copy: each step then reads one row).
     columns = grid[:, skip:].T.astype(np.uint32)
     for column in columns:
@@ -248,8 +296,7 @@ def _column_hashes(prefix_hashes: Sequence[int], text: bytes, length: int) -> li
     # _index_abs: negative readings (bit 31 set) become (2**32 - h) & 0x7FFFFFFF.
     negative = lanes >= _SIGN
     lanes[negative] = (np.uint32(0) - lanes[negative]) & _ABS_MASK
-    result: list[int] = lanes.tolist()
-    return result
+    return lanes
 
 
 def java_hash_u32(s: str) -> int:

@@ -391,9 +391,9 @@ class IndexFile:
 
     def put_entries(
         self,
-        key_hashes: Sequence[int],
-        phys_offsets: Sequence[int],
-        store_timestamps: Sequence[int],
+        key_hashes: Sequence[int] | index_bulk.Ints,
+        phys_offsets: Sequence[int] | index_bulk.Ints,
+        store_timestamps: Sequence[int] | index_bulk.Ints,
         start: int = 0,
     ) -> int:
         """Put each entry ``i >= start`` of the three parallel sequences (spec 4.5), in order,
@@ -442,9 +442,9 @@ class IndexFile:
         time_diff = 0
         entry_pos = entry_base + index * _ENTRY_SIZE
         for key_hash, phys_offset, store_timestamp in zip(
-            key_hashes[start:stop],
-            phys_offsets[start:stop],
-            store_timestamps[start:stop],
+            index_bulk.as_ints(key_hashes[start:stop]),
+            index_bulk.as_ints(phys_offsets[start:stop]),
+            index_bulk.as_ints(store_timestamps[start:stop]),
             strict=True,
         ):
             # Spec 4.5: 2. slot (a value outside [1, index_count] is stale and reads as empty);
@@ -483,21 +483,28 @@ class IndexFile:
         self._write_header()
         return stop - start
 
-    def _put_bulk(self, hashes: Sequence[int], phys: Sequence[int], times: Sequence[int]) -> bool:
+    def _put_bulk(
+        self,
+        hashes: Sequence[int] | index_bulk.Ints,
+        phys: Sequence[int] | index_bulk.Ints,
+        times: Sequence[int] | index_bulk.Ints,
+    ) -> bool:
         """:meth:`put_entries`' loop as column passes (``index_bulk.py``); False: not done."""
         mm, index, slot_base, hash_slots = self._mm, self._index_count, self._slot_base, self._hash_slots  # fmt: skip
-        found = index_bulk.read_slots(mm, slot_base, hash_slots, index, hashes)
+        hash_array = index_bulk.as_array(hashes)
+        found = index_bulk.read_slots(mm, slot_base, hash_slots, index, hash_array)
         if found is None:
             return False
-        slots, prevs, empty = found
-        diffs = index_bulk.time_diffs(times, self._begin_timestamp, MAX_TIME_DIFF)
+        time_array = index_bulk.as_array(times)
+        diffs = index_bulk.time_diffs(time_array, self._begin_timestamp, MAX_TIME_DIFF)
         entry_pos = self._entry_base + index * _ENTRY_SIZE
-        index_bulk.write_entries(mm, entry_pos, ENTRY.format, hashes, phys, diffs, prevs)
-        self._index_count = index + len(slots)  # entries complete: publish, then link them
-        index_bulk.write_slots(mm, slot_base, hash_slots, slots, index)
-        self._hash_slot_count += empty
-        self._end_phys_offset = phys[-1]
-        self._end_timestamp = times[-1]
+        phys_array = index_bulk.as_array(phys)
+        index_bulk.write_entries(mm, entry_pos, ENTRY.format, hash_array, phys_array, diffs, found.prevs)  # fmt: skip
+        self._index_count = index + len(hash_array)  # entries complete: publish, then link them
+        index_bulk.write_slots(mm, slot_base, hash_slots, found, index)
+        self._hash_slot_count += found.empty
+        self._end_phys_offset = int(phys_array[-1])
+        self._end_timestamp = int(time_array[-1])
         self._write_header()
         return True
 

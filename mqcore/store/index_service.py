@@ -44,9 +44,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, NamedTuple, Protocol
 
+import numpy as np
+
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import StoreError, StoreNotWritableError
+from mqcore.store import index_bulk
 from mqcore.store.hashing import (
+    index_hash_array,
     index_hash_with_prefix,
     index_hashes_with_prefix,
     java_string_hash,
@@ -458,21 +462,20 @@ class IndexService:
         if prefix_hash is None:
             prefix_hash = self._cache_prefix(topic)
         # UNIQ_KEYs and business keys hashed as two columns (each of one length, as a rule:
-        # index_hashes_with_prefix's best case), then interleaved: UNIQ_KEY, then the key.
-        prefixes = [prefix_hash] * count
+        # index_hash_array's best case), then interleaved: UNIQ_KEY, then the key. The run
+        # stays in int64 arrays down to the file (index_bulk.py).
+        phys_array = index_bulk.as_array(phys_offsets)
+        time_array = index_bulk.as_array(store_timestamps)
+        last_phys_offset = int(phys_array[-1])
         if keyless:
-            uniq_hashes = index_hashes_with_prefix(prefixes, uniq_keys)  # type: ignore[arg-type]
-            return self._write_hashes(
-                f, uniq_hashes, list(phys_offsets), list(store_timestamps), phys_offsets[-1]
-            )
-        hashes: list[int] = [0] * (2 * count)
-        hashes[0::2] = index_hashes_with_prefix(prefixes, uniq_keys)  # type: ignore[arg-type]  # None ruled out above
-        hashes[1::2] = index_hashes_with_prefix(prefixes, keys)  # type: ignore[arg-type]
-        doubled: list[int] = [0] * (2 * count)
-        doubled[0::2] = doubled[1::2] = phys_offsets
-        timestamps: list[int] = [0] * (2 * count)
-        timestamps[0::2] = timestamps[1::2] = store_timestamps
-        return self._write_hashes(f, hashes, doubled, timestamps, phys_offsets[-1])
+            uniq_hashes = index_hash_array(prefix_hash, uniq_keys)  # type: ignore[arg-type]  # None ruled out above
+            return self._write_hashes(f, uniq_hashes, phys_array, time_array, last_phys_offset)
+        hashes = np.empty(2 * count, np.int64)
+        hashes[0::2] = index_hash_array(prefix_hash, uniq_keys)  # type: ignore[arg-type]
+        hashes[1::2] = index_hash_array(prefix_hash, keys)  # type: ignore[arg-type]
+        return self._write_hashes(
+            f, hashes, np.repeat(phys_array, 2), np.repeat(time_array, 2), last_phys_offset
+        )
 
     def _write_keys(
         self,
@@ -496,9 +499,9 @@ class IndexService:
     def _write_hashes(
         self,
         f: IndexFile,
-        hashes: list[int],
-        phys_offsets: list[int],
-        timestamps: list[int],
+        hashes: Sequence[int] | index_bulk.Ints,
+        phys_offsets: Sequence[int] | index_bulk.Ints,
+        timestamps: Sequence[int] | index_bulk.Ints,
         last_phys_offset: int,
     ) -> int:
         """:meth:`_write_keys` with the keys already hashed."""

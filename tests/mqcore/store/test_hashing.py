@@ -6,12 +6,14 @@ import random
 import sys
 import zlib
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mqcore.store.hashing import (
     ascii_hash_u32,
+    index_hash_array,
     index_hash_with_prefix,
     index_hashes_with_prefix,
     index_key_hash,
@@ -205,3 +207,23 @@ def test_index_hashes_of_keys_with_a_shared_stem(mixed_topics: bool) -> None:
         prefixes = [reference_hash(t + "#") & 0xFFFFFFFF for t in chosen]
         expected = [index_key_hash(f"{t}#{k}") for t, k in zip(chosen, keys, strict=True)]
         assert index_hashes_with_prefix(prefixes, keys) == expected
+
+
+def test_index_hash_array_matches_one_by_one() -> None:
+    """One topic's keys as an int64 array: one length (the column scheme), mixed lengths,
+    non-ASCII keys, short runs, Integer.MIN_VALUE."""
+    prefix = reference_hash("TopicTest#") & 0xFFFFFFFF
+    head = "0A01020300002A9F1234ABCD"
+    groups = [
+        [f"{head}{i:08X}" for i in range(300)],
+        [f"{head}{i:08X}" for i in range(20)],
+        [f"k{i}" for i in range(100)],
+        [f"{head}{i:08X}" if i % 9 else "标签" for i in range(100)],
+        [_min_value_key("TopicTest#")] * 50,
+        [],
+    ]
+    for keys in groups:
+        expected = [index_key_hash(f"TopicTest#{k}") for k in keys]
+        hashes = index_hash_array(prefix, keys)
+        assert hashes.dtype == np.int64
+        assert hashes.tolist() == expected

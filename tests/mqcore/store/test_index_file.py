@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import random
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mqcore.errors import CorruptIndexError, StoreClosedError, StoreNotWritableError
@@ -544,9 +546,12 @@ def test_bulk_put_entries_writes_the_bytes_of_one_by_one_puts(tmp_path: Path, se
         if not one.put_key_hash(h, p, t):
             break
     start = 0
+    columns: tuple[Sequence[int], ...] = (hashes, phys, times)
+    if seed % 2:  # reput hands over int64 arrays
+        columns = tuple(np.array(column, np.int64) for column in columns)
     while start < count:
         stop = min(count, start + rng.choice([1, 40, 64, 300]))
-        done = many.put_entries(hashes[:stop], phys[:stop], times[:stop], start)
+        done = many.put_entries(*(column[:stop] for column in columns), start)
         if done < stop - start:
             break
         start = stop
@@ -554,6 +559,8 @@ def test_bulk_put_entries_writes_the_bytes_of_one_by_one_puts(tmp_path: Path, se
                  "begin_phys_offset", "end_phys_offset"):  # fmt: skip
         assert getattr(many, attr) == getattr(one, attr), attr
     assert many.index_count == entries  # full
+    for attr in ("end_timestamp", "end_phys_offset", "begin_timestamp", "begin_phys_offset"):
+        assert type(getattr(many, attr)) is int, attr  # no numpy scalar in the header fields
     one.flush()
     many.flush()
     assert raw(Path(many.path)) == raw(Path(one.path))
