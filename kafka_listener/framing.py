@@ -79,7 +79,8 @@ class FrameBuffer:
             stop = pos + SIZE_BYTES + size
             if stop > end:
                 break
-            self._frames.append(bytes(buf[pos + SIZE_BYTES : stop]))
+            with memoryview(buf) as view:  # one copy of the payload (a slice would be two)
+                self._frames.append(bytes(view[pos + SIZE_BYTES : stop]))
             pos = stop
         if pos:
             del buf[:pos]

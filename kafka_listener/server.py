@@ -40,7 +40,11 @@ from .handlers import Call, KafkaContext, Later, ListenerConfig, dispatch, suppo
 from .mapping import born_host
 
 log = logging.getLogger(__name__)
-READ_BYTES = 64 * 1024
+# A produce request is up to a megabyte (librdkafka's batch.size default): read it in a few
+# reads, and let the stream buffer hold it without pausing the socket every 128 KiB (the
+# default limit of 64 KiB made ~16 reads and a pause/resume of the transport per request).
+READ_BYTES = 1 << 20
+STREAM_LIMIT = 1 << 20  # the transport pauses above twice this, per connection
 
 
 class KafkaListener:
@@ -64,7 +68,9 @@ class KafkaListener:
 
     async def start(self) -> None:
         """Bind and start accepting. Raises OSError when the address is taken."""
-        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port)
+        self._server = await asyncio.start_server(
+            self._serve, self.config.host, self.config.port, limit=STREAM_LIMIT
+        )
         host = self.config.advertised_host or self.config.host
         if host in ("", "0.0.0.0", "::"):
             host = "127.0.0.1"
