@@ -77,7 +77,15 @@ XERIAL_BLOCK_BYTES = 32 * 1024  # input bytes per block, as Java's SnappyOutputS
 # other half is headroom for keys, headers and record framing, which the store bounds per
 # message (properties) but not per batch. Anything bigger cannot be stored, so there is no
 # point in decompressing it.
-MAX_DECOMPRESSED_BYTES = 2 * BrokerConfig().max_batch_bytes
+
+
+def decompressed_limit(max_batch_bytes: int) -> int:
+    """The cap on one records section for a broker taking ``max_batch_bytes`` a batch."""
+    return 2 * max_batch_bytes
+
+
+MAX_DECOMPRESSED_BYTES = decompressed_limit(BrokerConfig().max_batch_bytes)
+"""The cap for the default ``BrokerConfig`` (Produce passes its broker's own)."""
 # Valid snappy cannot expand more than this: the densest element, a 3-byte copy, writes
 # at most 64 bytes. A block declaring more than this ratio of its input is corrupt, not big.
 _SNAPPY_MAX_RATIO = 22

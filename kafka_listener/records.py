@@ -38,7 +38,7 @@ import google_crc32c
 
 from mqcore.errors import LocalProtocolError, RemoteProtocolError
 
-from .compression import Compression, compress, decompress
+from .compression import MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
 from .errors import ErrorCode
 from .record_codec import Header as Header
 from .record_codec import Record as Record
@@ -252,48 +252,58 @@ def verify_crc(raw: RawBatch) -> None:
         )
 
 
-def records_section(raw: RawBatch) -> bytes:
-    """A batch's records section, decompressed (the CRC is not checked here).
+def records_section(raw: RawBatch, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """A batch's records section, decompressed to at most ``limit`` bytes (the CRC is not
+    checked here).
 
     Raises:
         RemoteProtocolError: see :func:`compression.decompress`.
     """
     payload = raw.data[HEADER_SIZE:]
     codec = raw.header.compression
-    return decompress(codec, payload) if codec else payload
+    return decompress(codec, payload, limit) if codec else payload
 
 
-def decode_records(raw: RawBatch) -> list[Record]:
-    """Decompress and parse a batch's records (the CRC is not checked here).
+def decode_records(raw: RawBatch, limit: int = MAX_DECOMPRESSED_BYTES) -> list[Record]:
+    """Decompress (to at most ``limit`` bytes) and parse a batch's records (the CRC is not
+    checked here).
 
     Raises:
         RemoteProtocolError: CORRUPT_MESSAGE if the records do not parse or their count
             differs from ``records_count``; see :func:`compression.decompress`.
     """
     h = raw.header
-    return decode_records_section(records_section(raw), h.records_count, h.base_timestamp)
+    section = records_section(raw, limit)
+    return decode_records_section(section, h.records_count, h.base_timestamp)
 
 
 def decode_batches(
-    data: bytes | memoryview, *, check_crc: bool = True, allow_truncated: bool = False
+    data: bytes | memoryview,
+    *,
+    check_crc: bool = True,
+    allow_truncated: bool = False,
+    limit: int = MAX_DECOMPRESSED_BYTES,
 ) -> list[RecordBatch]:
-    """Split, CRC-check and decode every batch of a ``records`` field."""
+    """Split, CRC-check and decode every batch of a ``records`` field (each records section
+    decompressed to at most ``limit`` bytes)."""
     out = []
     for raw in split_batches(data, allow_truncated=allow_truncated):
         if check_crc:
             verify_crc(raw)
-        out.append(RecordBatch(raw.header, decode_records(raw)))
+        out.append(RecordBatch(raw.header, decode_records(raw, limit)))
     return out
 
 
-def decode_batch(data: bytes | memoryview, *, check_crc: bool = True) -> RecordBatch:
+def decode_batch(
+    data: bytes | memoryview, *, check_crc: bool = True, limit: int = MAX_DECOMPRESSED_BYTES
+) -> RecordBatch:
     """Decode a ``records`` field that must hold exactly one batch (Produce v3+).
 
     Raises:
         RemoteProtocolError: INVALID_RECORD when there is not exactly one batch, plus
             everything :func:`decode_batches` raises.
     """
-    batches = decode_batches(data, check_crc=check_crc)
+    batches = decode_batches(data, check_crc=check_crc, limit=limit)
     if len(batches) != 1:
         raise RemoteProtocolError(
             f"expected exactly one record batch, got {len(batches)}", ErrorCode.INVALID_RECORD

@@ -43,6 +43,7 @@ from mqcore.store.plain_batch import PlainColumns
 from .. import mapping
 from ..arrivals import QueueRef
 from ..batch_cache import BatchCache, CachedBatch
+from ..compression import decompressed_limit
 from ..errors import ErrorCode, error_code_for
 from ..idempotence import ProducerStates
 from ..plain_records import plain_messages
@@ -89,19 +90,20 @@ def _partition_reply(code: int, base_offset: int = -1, log_start: int = -1) -> d
 
 
 def _decode(
-    records: bytes, topic: str, partition: int, call: Call
+    records: bytes, topic: str, partition: int, call: Call, limit: int
 ) -> tuple[BatchHeader, PlainBatch | None, list[Record]]:
     """The batch's header and either its plain messages (``plain_records.py``, the fast
     path) or its records (general path: headers, tombstones, binary keys, and every
-    malformed batch, whose error this raises as ``decode_batch`` does)."""
+    malformed batch, whose error this raises as ``decode_batch`` does). Records sections
+    decompress to at most ``limit`` bytes."""
     raws = split_batches(records)
     if len(raws) != 1 or partition < 0:  # decode_batch says what is wrong with them
-        batch = decode_batch(records)
+        batch = decode_batch(records, limit=limit)
         return batch.header, None, batch.records
     raw = raws[0]
     verify_crc(raw)
     header = raw.header
-    section = records_section(raw)
+    section = records_section(raw, limit)
     messages = plain_messages(
         section, header.records_count, header.base_timestamp, topic, call.peer
     )
@@ -129,7 +131,8 @@ def _store_partition(
     if len(records) > broker.config.max_batch_bytes:  # checked before any decompression
         return _partition_reply(ErrorCode.MESSAGE_TOO_LARGE)
     try:
-        header, plain, decoded = _decode(records, topic, partition, call)
+        limit = decompressed_limit(broker.config.max_batch_bytes)
+        header, plain, decoded = _decode(records, topic, partition, call, limit)
         if header.is_transactional or header.is_control:
             raise _Refused(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if plain is not None:  # offset deltas 0, 1, ..., n-1 checked while decoding

@@ -206,3 +206,35 @@ def test_real_clients_work_after_bombs(running: RunningListener) -> None:
         assert set(values) <= {b"after-bomb", b"from-kafka-python"}
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("max_batch_mib", [1, 12])
+def test_the_cap_follows_the_brokers_batch_limit(tmp_path: Path, max_batch_mib: int) -> None:
+    """A batch of ~10 MB of records (9.9 MB of values), gzip-compressed: past the default
+    cap (8 MiB), within a broker's that takes 12 MiB batches (24 MiB), which stores it; a
+    broker taking 1 MiB batches refuses it without decompressing past 2 MiB."""
+    from kafka_listener.batch_cache import BatchCache
+    from kafka_listener.handlers.context import Call
+    from kafka_listener.handlers.produce import _store_partition
+    from kafka_listener.idempotence import ProducerStates
+    from mqcore.broker.broker import Broker
+    from mqcore.broker.config import BrokerConfig
+
+    count = 110_000
+    records = [(i, 1, None, b"%089d" % i, ()) for i in range(count)]
+    batch = encode_batch(records, compression=Compression.GZIP)
+    assert len(batch) < MIB and count * 99 > MAX_DECOMPRESSED_BYTES
+    config = BrokerConfig(max_batch_bytes=max_batch_mib * MIB)
+    with Broker.open(tmp_path, config=config) as broker:
+        broker.create_topic("big", read_queue_nums=1, write_queue_nums=1)
+        reply = _store_partition(
+            broker, ProducerStates(broker.clock), BatchCache(0), "big", 0, batch,
+            Call(ApiKey.PRODUCE, 7, 1, None, {}),
+        )  # fmt: skip
+        broker.store.dispatch_until_caught_up()
+        if max_batch_mib == 1:
+            assert reply["error_code"] == ErrorCode.MESSAGE_TOO_LARGE
+            assert broker.store.max_offset("big", 0) == 0
+        else:
+            assert reply["error_code"] == ErrorCode.NONE
+            assert broker.store.max_offset("big", 0) == count
