@@ -3,22 +3,23 @@ store path builds the same batch bytes as the pull path."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from kafka_listener import mapping
 from kafka_listener.handlers import KafkaContext, ListenerConfig, supported_versions
-from kafka_listener.record_codec import Record
+from kafka_listener.record_codec import Record, RecordLike
 from kafka_listener.records import decode_batches, encode_batch
 from kafka_listener.schemas import ApiKey
-from kafka_listener.view_records import ViewBatch, _fast, views_to_records
+from kafka_listener.view_records import ViewBatch, _fast
 from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.types import OutgoingMessage
 from mqcore.clock import SystemClock
 from mqcore.message import Message
+from mqcore.store.record_views import RecordView
 
 from .harness import TEST_STORE_CONFIG
 from .test_handlers import call, fetch_request, fetched
@@ -59,6 +60,15 @@ def _stored(broker: Broker) -> None:
             OutgoingMessage(b"rest props", properties={"b": "2", "a": "1"}, queue_id=0),
         ],
     )
+
+
+def views_to_records(views: Sequence[RecordView], base_offset: int) -> list[RecordLike]:
+    """Each view's record by ``_fast``, or ``message_to_record`` where ``_fast`` declines:
+    what ``ViewBatch`` encodes, and what must equal ``message_to_record`` throughout."""
+    return [
+        _fast(v.raw, base_offset) or mapping.message_to_record(v.message(), base_offset)
+        for v in views
+    ]
 
 
 def test_records_equal_message_to_record(broker: Broker) -> None:
