@@ -48,6 +48,7 @@ from pathlib import Path
 
 from mqcore.clock import Clock
 from mqcore.errors import SegmentFullError, StoreClosedError, StoreError, StoreNotWritableError
+from mqcore.store import libc
 
 log = logging.getLogger(__name__)
 
@@ -366,9 +367,7 @@ class MappedFile:
                 mm = self._mm
                 if mm is None:
                     return False
-                from mqcore.store.prefault import map_address  # ctypes only when used
-
-                address = self._address = map_address(mm)
+                address = self._address = libc.map_address(mm)
             start -= start % mmap.PAGESIZE  # madvise wants a page-aligned start
             return madvise(address + start, end - start, advice) == 0
         finally:
@@ -411,8 +410,8 @@ class MappedFile:
             if write > flushed:
                 start = flushed - flushed % _MSYNC_ALIGN_BYTES
                 mm = self._mm
-                if mm is not None:
-                    mm.flush(start, write - start)
+                if mm is not None:  # through libc: mmap.flush would hold the GIL meanwhile
+                    self._address = libc.msync_range(mm, self._address, start, write - start)
             self.flushed_position = write
         finally:
             self.release()

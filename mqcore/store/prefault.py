@@ -24,22 +24,19 @@ segments are closed.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import mmap
-import sys
 import threading
 from collections.abc import Callable
 
+from mqcore.store import libc
 from mqcore.store.config import StoreConfig
+from mqcore.store.libc import MADV_POPULATE_WRITE, map_address
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.segments import MappedFileQueue
 
 log = logging.getLogger(__name__)
 
-#: ``MADV_POPULATE_WRITE`` from <linux/mman.h> (Linux 5.14); Python 3.12's mmap lacks it.
-MADV_POPULATE_WRITE = 23
 
 #: Bytes populated per ``madvise`` call: short enough to notice a stop or a roll quickly.
 CHUNK_BYTES = 1 << 20
@@ -48,30 +45,13 @@ CHUNK_BYTES = 1 << 20
 IDLE_WAIT_S = 1.0
 
 Madvise = Callable[[int, int, int], int]
-
-_madvise: Madvise | None = None
-_madvise_loaded = False
-_load_lock = threading.Lock()
+__all__ = ["MADV_POPULATE_WRITE", "Prefaulter", "libc_madvise", "map_address", "start_prefaulter"]
 
 
 def libc_madvise() -> Madvise | None:
-    """``madvise(addr, length, advice)`` from the C library, or None off Linux.
-
-    A ``ctypes.CDLL`` function: the GIL is released while it runs."""
-    global _madvise, _madvise_loaded
-    with _load_lock:
-        if not _madvise_loaded:
-            _madvise_loaded = True
-            if sys.platform.startswith("linux"):
-                try:
-                    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-                    fn = libc.madvise
-                    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-                    fn.restype = ctypes.c_int
-                    _madvise = fn
-                except (OSError, AttributeError):
-                    _madvise = None
-    return _madvise
+    """``madvise(addr, length, advice)`` from the C library, or None off Linux
+    (``libc.py``: the GIL is released while it runs)."""
+    return libc.madvise()
 
 
 def start_prefaulter(segments: MappedFileQueue, config: StoreConfig) -> Prefaulter | None:
@@ -85,16 +65,6 @@ def start_prefaulter(segments: MappedFileQueue, config: StoreConfig) -> Prefault
     prefaulter = Prefaulter(segments, ahead)
     prefaulter.start()
     return prefaulter
-
-
-def map_address(mm: mmap.mmap) -> int:
-    """The address of a writable mapping. The ctypes view that reveals it is dropped at
-    once: a live export would make ``mmap.close`` fail."""
-    probe = ctypes.c_char.from_buffer(mm)
-    try:
-        return ctypes.addressof(probe)
-    finally:
-        del probe
 
 
 class Prefaulter:
