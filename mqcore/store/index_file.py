@@ -70,7 +70,7 @@ from itertools import accumulate
 from typing import Final
 
 from mqcore.errors import CorruptIndexError, StoreClosedError, StoreNotWritableError
-from mqcore.store import index_bulk
+from mqcore.store import index_bulk, libc
 from mqcore.store.hashing import index_key_hash
 
 __all__ = [
@@ -520,7 +520,9 @@ class IndexFile:
                 raise StoreClosedError(f"index file {self._path} is closed")
             return
         self._write_header()
-        self._mm.flush()
+        # Through libc: mmap.flush holds the GIL for the whole sync (hundreds of megabytes
+        # when a filled file is flushed, under reput).
+        libc.msync_range(self._mm, None, 0, len(self._mm))
 
     def _write_header(self) -> None:
         _pack_header(
