@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mqcore.store.arrivals import arrivals_of_columns, arrivals_of_requests
-from mqcore.store.dispatch_scan import Columns, Row
+from mqcore.store.arrivals import QueueKey, arrivals_of_columns, arrivals_of_requests
 from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexColumns
 from mqcore.store.record_layout import (
@@ -22,6 +21,7 @@ from mqcore.store.record_layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from mqcore.store.reput_columns import Columns, Row
 
 if TYPE_CHECKING:
     from mqcore.store.store import MessageStore
@@ -64,23 +64,49 @@ def write_rows(store: MessageStore, rows: list[Row]) -> None:
 
 
 def write_columns(store: MessageStore, columns: Columns) -> None:
-    """:func:`write_rows` for the columns of ``dispatch_scan.scan_columns`` (reput's path):
-    the lists go to the ConsumeQueue and the index as they are, with no rows in between."""
-    sys_flags = columns.sys_flags
-    if not sys_flags:
+    """:func:`write_rows` for the columns of ``dispatch_scan.scan_columns`` (reput's path),
+    with the same resulting files. The numbers stay arrays (``reput_columns.py``); a batch
+    of one queue, the usual one, goes to that queue's ``put_run`` whole and makes one
+    arrival, with no list or mapping over its records."""
+    count = len(columns)
+    if not count:
         return
-    if any(map(_PREPARED.__and__, sys_flags)):  # some take no queue unit: rare, as rows
+    sys_flags = columns.sys_flags
+    if (sys_flags & _PREPARED).any():  # some take no queue unit: rare, as rows
         write_rows(store, columns.rows())
         return
-    topics, queue_ids, queue_offsets, phys_offsets, sizes, tags_codes, store_timestamps, keys, uniq_keys, _ = columns.lists()  # fmt: skip
-    store.queues.put_columns(topics, queue_ids, phys_offsets, sizes, tags_codes, queue_offsets)
-    store.checkpoint.logics_msg_timestamp = store_timestamps[-1]
+    changes = columns.topic_changes
+    queue_ids = columns.queue_ids
+    queue_offsets = columns.queue_offsets
+    phys_offsets = columns.phys_offsets
+    if len(changes) == 1 and (queue_ids == queue_ids[0]).all():
+        topic = changes[0][1]
+        queue_id = int(queue_ids[0])
+        store.queues.find_or_create(topic, queue_id).put_run(
+            phys_offsets, columns.sizes, columns.tags_codes, queue_offsets
+        )
+        topics = [topic] * count
+        arrivals: dict[QueueKey, int] | None = {(topic, queue_id): int(queue_offsets[-1])}
+    else:
+        topics = columns.topics
+        id_list: list[int] = queue_ids.tolist()
+        offset_list: list[int] = queue_offsets.tolist()
+        store.queues.put_columns(
+            topics, id_list, phys_offsets.tolist(), columns.sizes.tolist(),
+            columns.tags_codes.tolist(), offset_list,
+        )  # fmt: skip
+        arrivals = None
+    store_timestamps = columns.store_timestamps
+    store.checkpoint.logics_msg_timestamp = int(store_timestamps[-1])
     if store.config.message_index_enable:
         store.index.build_index_many(
-            IndexColumns(topics, phys_offsets, store_timestamps, uniq_keys, keys, sys_flags)
+            IndexColumns(
+                topics, phys_offsets, store_timestamps, columns.uniq_keys, columns.keys, sys_flags
+            )
         )
     if store.arrivals_listeners:
-        arrivals = arrivals_of_columns(topics, queue_ids, queue_offsets)
+        if arrivals is None:
+            arrivals = arrivals_of_columns(topics, id_list, offset_list)
         for arrivals_listener in store.arrivals_listeners:
             arrivals_listener(arrivals)
 

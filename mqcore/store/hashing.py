@@ -265,6 +265,8 @@ def index_hashes_of_grid(prefix_hash: int, grid: npt.NDArray[np.uint8]) -> npt.N
     Returns:
         The index key hashes, one per row.
     """
+    if not len(grid):
+        return np.zeros(0, np.int64)
     return _grid_hashes([prefix_hash] * len(grid), grid).astype(np.int64)
 
 

@@ -52,10 +52,12 @@ from mqcore.store import index_bulk
 from mqcore.store.hashing import (
     index_hash_array,
     index_hash_with_prefix,
+    index_hashes_of_grid,
     index_hashes_with_prefix,
     java_string_hash,
 )
 from mqcore.store.index_file import IndexFile
+from mqcore.store.key_column import FixedKeys
 
 __all__ = [
     "DEFAULT_HASH_SLOTS",
@@ -131,11 +133,19 @@ class IndexColumns(NamedTuple):
     :meth:`IndexService.build_index_many` (reput's rows path, ``dispatch_scan.py``)."""
 
     topics: Sequence[str]
-    phys_offsets: Sequence[int]
-    store_timestamps: Sequence[int]
+    phys_offsets: Sequence[int] | index_bulk.Ints
+    store_timestamps: Sequence[int] | index_bulk.Ints
     uniq_keys: Sequence[str | None]
+    """A ``key_column.FixedKeys`` (reput's keyless runs) is hashed from its bytes."""
     keys: Sequence[str | None]
-    sys_flags: Sequence[int]
+    sys_flags: Sequence[int] | index_bulk.Ints
+
+
+def _any_rollback(sys_flags: Sequence[int] | index_bulk.Ints) -> bool:
+    """Whether any SYSFLAG is a ROLLBACK's (those messages are not indexed)."""
+    if isinstance(sys_flags, np.ndarray):
+        return bool(((sys_flags & _ROLLBACK) == _ROLLBACK).any())
+    return _ROLLBACK in set(map(_ROLLBACK.__and__, sys_flags))
 
 
 class _Indexable(NamedTuple):
@@ -447,14 +457,15 @@ class IndexService:
                     None in keys or "" in keys or KEY_SEPARATOR in "".join(keys)  # type: ignore[arg-type]  # None ruled out
                 )
             )
-            or _ROLLBACK in set(map(_ROLLBACK.__and__, sys_flags))
+            or _any_rollback(sys_flags)
         ):
             return self._build_index_objects(
                 [
                     _Indexable(*fields)
                     for fields in zip(
-                        topics, phys_offsets, store_timestamps, uniq_keys, keys, sys_flags,
-                        strict=True,
+                        topics, index_bulk.as_ints(phys_offsets),
+                        index_bulk.as_ints(store_timestamps), uniq_keys, keys,
+                        index_bulk.as_ints(sys_flags), strict=True,
                     )
                 ]
             )  # fmt: skip
@@ -468,7 +479,10 @@ class IndexService:
         time_array = index_bulk.as_array(store_timestamps)
         last_phys_offset = int(phys_array[-1])
         if keyless:
-            uniq_hashes = index_hash_array(prefix_hash, uniq_keys)  # type: ignore[arg-type]  # None ruled out above
+            if isinstance(uniq_keys, FixedKeys):  # no str made: hashed from the bytes
+                uniq_hashes = index_hashes_of_grid(prefix_hash, uniq_keys.grid)
+            else:
+                uniq_hashes = index_hash_array(prefix_hash, uniq_keys)  # type: ignore[arg-type]  # None ruled out above
             return self._write_hashes(f, uniq_hashes, phys_array, time_array, last_phys_offset)
         hashes = np.empty(2 * count, np.int64)
         hashes[0::2] = index_hash_array(prefix_hash, uniq_keys)  # type: ignore[arg-type]

@@ -7,9 +7,10 @@ import dataclasses
 import logging
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mqcore.clock import FakeClock
@@ -413,9 +414,10 @@ def queue_bytes(queue: ConsumeQueue) -> list[tuple[str, bytes]]:
     return [(m.path.name, m.read(0, m.wrote_position)) for m in queue.segments.files]
 
 
+@pytest.mark.parametrize("method", ["put_many", "put_run lists", "put_run arrays"])
 @pytest.mark.parametrize("seed", range(8))
 def test_put_many_equals_one_by_one(
-    tmp_path: Path, seed: int, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, seed: int, method: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     rng = random.Random(seed)
     start = rng.choice([0, 0, 3, 250])  # 3 and 250: the queue starts late (blank pre-fill)
@@ -440,12 +442,19 @@ def test_put_many_equals_one_by_one(
         rest = units
         while rest:
             step = rng.randrange(1, 150)
-            written_many += many.put_many(rest[:step])
+            if method == "put_many":
+                written_many += many.put_many(rest[:step])
+            else:  # columns: reput's lists, or its int64 arrays
+                columns: list[Sequence[int]] = [list(c) for c in zip(*rest[:step], strict=True)]
+                if method == "put_run arrays":
+                    columns = [np.array(column, np.int64) for column in columns]
+                written_many += many.put_run(*columns)
             rest = rest[step:]
         logs_many = [r.getMessage() for r in caplog.records]
     assert written_many == written_one
     assert logs_many == logs_one
     assert queue_bytes(many) == queue_bytes(one)
+    assert type(many.max_phys_offset) is int
     assert (many.min_offset, many.max_offset, many.max_phys_offset) == (
         one.min_offset,
         one.max_offset,

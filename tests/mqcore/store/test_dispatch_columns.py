@@ -30,6 +30,7 @@ from mqcore.store.dispatch_scan import (
     scan_columns,
 )
 from mqcore.store.format import DispatchRequest
+from mqcore.store.key_column import FixedKeys
 from mqcore.store.msgid import HostAddress
 
 T0 = 1_700_000_000_000
@@ -323,3 +324,87 @@ def test_joined_properties_of_one_length() -> None:
     second = b"KEYS\x01b\x02UNIQ_KEY\x01c\x02\x02" + canonical("d", "e", "f")
     first = b"TAGS\x01" + b"a" * (len(second) - 5)
     assert joined([first, second]) is None
+
+
+def keyless(uniq: str) -> bytes:
+    return f"UNIQ_KEY\x01{uniq}\x02".encode()
+
+
+def test_joined_properties_of_a_keyless_run() -> None:
+    """A keyless run (UNIQ_KEY alone, one width) is read as one fixed-width column; runs
+    that only look like one parse as the text pass or record by record would."""
+    usual = [keyless(f"C0A8000100002A9F{i:016X}") for i in range(50)]
+    columns = joined(usual)
+    assert columns is not None
+    assert isinstance(columns[2], FixedKeys)
+    assert list(zip(*columns, strict=True)) == [_properties_of(raw) for raw in usual]
+    odd_ones = [
+        b"UNIQ_KEY\x01" + b"\x01" * 32 + b"\x02",  # \x01 in the value
+        b"UNIQ_KEY\x01" + b"a" * 15 + b"\x02" + b"b" * 16 + b"\x02",  # \x02 in the value
+        b"UNIQ_KEY\x01" + "é".encode() * 16 + b"\x02",  # not ASCII
+        b"UNIQ_KEY\x01" + b"\xff" * 32 + b"\x02",  # not UTF-8
+        b"UNIQ_KEY\x01" + b"a" * 33,  # no trailing separator
+        b"UNIQ_KEY\x02" + b"a" * 32 + b"\x02",  # no \x01
+    ]
+    for odd in odd_ones:
+        assert len(odd) == len(usual[0])
+        run = [*usual[:20], odd, *usual[20:]]
+        columns = joined(run)
+        if columns is not None:  # the text pass took it
+            assert not isinstance(columns[2], FixedKeys)
+            assert list(zip(*columns, strict=True)) == [_properties_of(raw) for raw in run]
+        assert list(zip(*_properties_of_run(run), strict=True)) == [
+            _properties_of(raw) for raw in run
+        ]
+    empty = [b"UNIQ_KEY\x01\x02"] * 3  # empty values: never a fixed-width column
+    columns = joined(empty)
+    assert columns is None or not isinstance(columns[2], FixedKeys)
+
+
+def test_columns_merge_and_slice_as_rows() -> None:
+    """Parts of a batch (framed runs, records walked one by one, keyless grids and key
+    lists) concatenate, and slices of the whole keep each record's fields."""
+    rng = random.Random(9)
+    out = Columns()
+    rows: list[Row] = []
+    for part in range(12):
+        count = rng.choice([1, 5, 40])
+        topic = rng.choice(["a", "b"])
+        part_rows: list[Row] = [
+            (topic, rng.randrange(3), len(rows) + k, 1000 * (len(rows) + k), 90, 0, T0,
+             None, f"U{len(rows) + k:031d}", 0)
+            for k in range(count)
+        ]  # fmt: skip
+        if part % 3:
+            grid = np.frombuffer("".join(str(r[8]) for r in part_rows).encode(), np.uint8)
+            numbers = np.array([[r[i] for r in part_rows] for i in (1, 2, 3, 4, 5, 6, 9)])
+            out.add_run(numbers, [(0, topic)], [None] * count, FixedKeys(grid.reshape(count, 32)))
+        else:
+            out.extend_rows(part_rows)
+        rows += part_rows
+    assert len(out) == len(rows)
+    for start, stop in [(0, len(rows)), (3, 50), (len(rows) - 1, len(rows) + 5), (7, 7)]:
+        part = out.slice(start, stop)
+        assert part.rows() == rows[start:stop]
+        assert part.topics == [row[0] for row in rows[start:stop]]
+        assert part.phys_offsets.tolist() == [row[3] for row in rows[start:stop]]
+    assert out.rows() == rows
+    assert [first for first, _ in out.topic_changes] == [
+        k for k in range(len(rows)) if k == 0 or rows[k][0] != rows[k - 1][0]
+    ]
+
+
+def test_a_keyless_stretch_is_one_fixed_width_column(tmp_path: Path) -> None:
+    """Thousands of keyless records (several runs of the column walk, and a segment roll)
+    come out as one ``FixedKeys`` column with the rows of the record walk."""
+    store = MessageStore(tmp_path, CONFIG, clock=FakeClock(T0)).open()
+    for i in range(30):
+        store.put_messages([Message("orders", b"x" * (100 + i % 2)) for _ in range(400)], 0)
+    log = store.commit_log
+    end = log.confirm_offset
+    columns, reached = dispatch_columns(log, 0, end, 1 << 30, log.delay_levels_ms)
+    rows, walked = walk_requests(log, 0, end, 1 << 30)
+    assert reached == walked == end
+    assert isinstance(columns.uniq_keys, FixedKeys)
+    assert [DispatchRow(*row) for row in columns.rows()] == rows
+    store.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 from mqcore.clock import FakeClock
 from mqcore.message import Message
@@ -196,5 +197,79 @@ def test_rows_path_on_plain_runs_writes_the_files_of_one_by_one_dispatch(tmp_pat
         store.queues.flush_all(0)
         store.index.flush()
     assert derived_files(tmp_path / "rows") == derived_files(tmp_path / "single")
+    for store in stores.values():
+        store.close()
+
+
+#: Index files of a few thousand entries in 101 slots: the column passes (runs of 32 keys
+#: or more) meet repeated slots in nearly every run, and files roll in the middle of runs.
+MIDDLE = StoreConfig(
+    commitlog_file_size=256 * 1024,
+    consume_queue_file_entries=700,
+    index_hash_slots=101,
+    index_max_entries=2_500,
+)
+
+
+def kafka_runs(seed: int, count: int) -> list[tuple[str, int, list[Message]]]:
+    """Mostly keyless runs (UNIQ_KEY alone: a keyless Kafka record, read as one fixed-width
+    column) of one topic and queue, with keyed runs, tagged runs, other topics and queues,
+    a non-ASCII key and PREPARED records in between."""
+    rng = random.Random(seed)
+    out: list[tuple[str, int, list[Message]]] = []
+    i = 0
+    while i < count:
+        kind = rng.choice(["keyless"] * 6 + ["keyed", "tagged", "odd"])
+        size = rng.choice([1, 40, 300, 700])
+        topic = rng.choice(["orders", "orders", "payments"])
+        batch = []
+        for n in range(size):
+            extra: dict[str, Any] = {}
+            if kind == "keyed":
+                extra["keys"] = f"k{i + n}"
+            elif kind == "tagged":
+                extra["tags"] = "TagA"
+            elif kind == "odd":
+                extra["keys"] = "ключ"
+                extra["sys_flag"] = 0x4 if n == 3 else 0
+            batch.append(Message(topic, rng.randbytes(rng.choice([10, 100])), **extra))
+        i += size
+        out.append((topic, rng.choice([0, 0, 0, 1]), batch))
+    return out
+
+
+def test_column_path_on_kafka_runs_writes_the_files_of_one_by_one_dispatch(
+    tmp_path: Path,
+) -> None:
+    stores = {}
+    for name in ("columns", "single"):
+        clock = FakeClock(T0)
+        store = MessageStore(tmp_path / name, MIDDLE, clock=clock).open()
+        if name == "single":
+            store.add_listener(lambda r: None)  # requests, not columns
+
+            def one_by_one(batch: list[DispatchRequest], store: MessageStore = store) -> None:
+                for request in batch:
+                    store._dispatch(request)
+
+            store._dispatch_many = one_by_one  # type: ignore[method-assign]
+        arrivals: list[object] = []
+        store.add_arrivals_listener(arrivals.append)
+        rng = random.Random(3)
+        for _, queue_id, batch in kafka_runs(5, 30_000):
+            store.put_messages(batch, queue_id)
+            clock.advance(rng.choice([0, 1, 1500]))
+            if rng.random() < 0.3:
+                store.reput_once(max_bytes=rng.choice([3_000, 100_000, 1 << 20]))
+        store.dispatch_until_caught_up()
+        stores[name] = store
+    columns, single = stores["columns"], stores["single"]
+    assert len(columns.index.files) > 10
+    assert columns.checkpoint.logics_msg_timestamp == single.checkpoint.logics_msg_timestamp
+    for store in stores.values():
+        store.commit_log.flush(0)
+        store.queues.flush_all(0)
+        store.index.flush()
+    assert derived_files(tmp_path / "columns") == derived_files(tmp_path / "single")
     for store in stores.values():
         store.close()
