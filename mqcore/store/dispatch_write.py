@@ -2,8 +2,9 @@
 
 Three forms of the same step, leaving the same files (``test_store_fast_paths.py``):
 :func:`write_columns` for the columns of ``dispatch_scan.py`` (no per-record listener: reput's
-path), :func:`write_rows` for its plain tuples, column by column, and :func:`write_requests` for ``DispatchRequest`` objects (a per-record
-listener is registered). Both write every unit of the batch before any listener runs (the
+path; numbers as arrays, ``reput_columns.py``), :func:`write_rows` for its plain tuples,
+column by column, and :func:`write_requests` for ``DispatchRequest`` objects (a per-record
+listener is registered). Each writes every unit of the batch before any listener runs (the
 long polls' no-lost-wake-up rule, ``mqcore.broker.long_poll``), then hand the arrivals
 listeners one mapping for the batch (``arrivals.py``). The caller holds the reput lock.
 """
