@@ -167,19 +167,36 @@ def plain_runs(seed: int, count: int) -> list[tuple[int, list[Message]]]:
     return out
 
 
+def dispatch_one_by_one(store: MessageStore) -> None:
+    """Make ``store`` dispatch through requests, one ``_dispatch`` each: the reference the
+    fast paths are compared with."""
+    store.add_listener(lambda r: None)  # requests, not rows or columns
+
+    def one_by_one(batch: list[DispatchRequest], store: MessageStore = store) -> None:
+        for request in batch:
+            store._dispatch(request)
+
+    store._dispatch_many = one_by_one  # type: ignore[method-assign]
+
+
+def assert_same_derived_files(stores: dict[str, MessageStore], path: Path, reference: Path) -> None:
+    """Flush and close both stores; their ConsumeQueue and index files are equal."""
+    for store in stores.values():
+        store.commit_log.flush(0)
+        store.queues.flush_all(0)
+        store.index.flush()
+    assert derived_files(path) == derived_files(reference)
+    for store in stores.values():
+        store.close()
+
+
 def test_rows_path_on_plain_runs_writes_the_files_of_one_by_one_dispatch(tmp_path: Path) -> None:
     stores = {}
     for name in ("rows", "single"):
         clock = FakeClock(T0)
         store = MessageStore(tmp_path / name, SMALL, clock=clock).open()
         if name == "single":
-            store.add_listener(lambda r: None)  # requests, not rows
-
-            def one_by_one(batch: list[DispatchRequest], store: MessageStore = store) -> None:
-                for request in batch:
-                    store._dispatch(request)
-
-            store._dispatch_many = one_by_one  # type: ignore[method-assign]
+            dispatch_one_by_one(store)
         rng = random.Random(2)
         for queue_id, batch in plain_runs(8, 3000):
             store.put_messages(batch, queue_id)
@@ -192,13 +209,7 @@ def test_rows_path_on_plain_runs_writes_the_files_of_one_by_one_dispatch(tmp_pat
     assert len(rows.index.files) > 20
     assert len(rows.queues.queues("orders")[0].segments.files) > 20
     assert rows.checkpoint.logics_msg_timestamp == single.checkpoint.logics_msg_timestamp > 0
-    for store in stores.values():
-        store.commit_log.flush(0)
-        store.queues.flush_all(0)
-        store.index.flush()
-    assert derived_files(tmp_path / "rows") == derived_files(tmp_path / "single")
-    for store in stores.values():
-        store.close()
+    assert_same_derived_files(stores, tmp_path / "rows", tmp_path / "single")
 
 
 #: Index files of a few thousand entries in 101 slots: the column passes (runs of 32 keys
@@ -246,13 +257,7 @@ def test_column_path_on_kafka_runs_writes_the_files_of_one_by_one_dispatch(
         clock = FakeClock(T0)
         store = MessageStore(tmp_path / name, MIDDLE, clock=clock).open()
         if name == "single":
-            store.add_listener(lambda r: None)  # requests, not columns
-
-            def one_by_one(batch: list[DispatchRequest], store: MessageStore = store) -> None:
-                for request in batch:
-                    store._dispatch(request)
-
-            store._dispatch_many = one_by_one  # type: ignore[method-assign]
+            dispatch_one_by_one(store)
         arrivals: list[object] = []
         store.add_arrivals_listener(arrivals.append)
         rng = random.Random(3)
@@ -266,10 +271,4 @@ def test_column_path_on_kafka_runs_writes_the_files_of_one_by_one_dispatch(
     columns, single = stores["columns"], stores["single"]
     assert len(columns.index.files) > 10
     assert columns.checkpoint.logics_msg_timestamp == single.checkpoint.logics_msg_timestamp
-    for store in stores.values():
-        store.commit_log.flush(0)
-        store.queues.flush_all(0)
-        store.index.flush()
-    assert derived_files(tmp_path / "columns") == derived_files(tmp_path / "single")
-    for store in stores.values():
-        store.close()
+    assert_same_derived_files(stores, tmp_path / "columns", tmp_path / "single")
