@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,11 +16,15 @@ from kafka_listener import mapping, store_runs
 from kafka_listener.handlers import fetch
 from kafka_listener.record_codec import Record
 from kafka_listener.records import decode_batches
+from kafka_listener.view_records import ViewBatch
 from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.types import OutgoingMessage
 from mqcore.errors import CorruptRecordError, MQError
 from mqcore.message import Message
+from mqcore.store.format import encode_record
+from mqcore.store.msgid import HostAddress
+from mqcore.store.record_views import RecordView
 
 from .harness import TEST_STORE_CONFIG
 
@@ -190,6 +195,75 @@ def test_a_fetch_decodes_to_the_stored_records(broker: Broker) -> None:
     assert [r.timestamp for r in batch.records] == [1_700_000_000_000 + i for i in range(500)]
 
 
+# A record's keys: none, text (multi-byte UTF-8, spaces: several keys, served as one Kafka
+# key), keys of 64 to 300 bytes (a 2-byte key length varint), or properties no producer
+# writes (stored with put_messages: the run must stop there and leave them to the views).
+_TEXT = st.characters(exclude_characters="\x01\x02", exclude_categories=("Cs",))
+_LONG = st.tuples(st.integers(64, 300), st.sampled_from(["k", "é", "€ ", "ключ", "😀"]))
+KEYS = st.one_of(
+    st.none(),
+    st.text(_TEXT, min_size=1, max_size=12).filter(str.strip),
+    _LONG.map(lambda t: (t[1] * t[0]).encode()[: t[0]].decode("utf-8", "ignore")),
+    st.sampled_from(
+        [
+            {"KEYS": "a\x01b"},  # a \x01 in the key: the views' parse keeps "a\x01b"
+            {"UNIQ_KEY": "ID", "KEYS": "k"},  # KEYS after UNIQ_KEY
+            {"KEYS": ""},  # an empty KEYS value: no key
+            {"TAGS": "TagA", "KEYS": "k"},
+        ]
+    ),
+)
+
+
+def _store(broker: Broker, records: list[tuple[int, str | dict[str, str] | None]]) -> None:
+    """Plain records (no key, a text key) as a producer's batches store them; the others
+    one by one through the store's general put."""
+    plain: list[Message] = []
+    for i, (size, keys) in enumerate(records):
+        born = 1_700_000_000_000 + i
+        if isinstance(keys, dict):
+            if plain:
+                broker.send_plain("t", 0, plain)
+                plain = []
+            message = Message("t", b"b" * size, properties=keys, born_timestamp=born)
+            broker.store.put_messages([message], 0)
+        else:
+            plain.append(Message("t", b"b" * size, keys=keys or "", born_timestamp=born))
+    if plain:
+        broker.send_plain("t", 0, plain)
+    broker.store.dispatch_until_caught_up()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    records=st.lists(st.tuples(st.integers(1, 400), KEYS), min_size=1, max_size=300),
+    limit=st.sampled_from(LIMITS),
+    max_records=st.integers(1, 400),
+)
+def test_any_keyed_queue_gives_the_views_bytes(
+    tmp_path_factory: pytest.TempPathFactory,
+    records: list[tuple[int, str | dict[str, str] | None]],
+    limit: int,
+    max_records: int,
+) -> None:
+    broker = Broker.open(
+        tmp_path_factory.mktemp("store"),
+        TEST_STORE_CONFIG,
+        config=BrokerConfig(dispatch_on_send=True),
+    )
+    try:
+        broker.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+        _store(broker, records)
+        offset = 0
+        while offset < len(records):
+            with pytest.MonkeyPatch.context() as monkeypatch:
+                with_runs, views_only, _ = _both(monkeypatch, broker, offset, limit, max_records)
+            assert with_runs == views_only
+            offset = with_runs.next_offset
+    finally:
+        broker.close()
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     bodies=st.lists(st.integers(1, 400), min_size=1, max_size=300),
@@ -235,3 +309,108 @@ def test_any_queue_gives_the_views_bytes(
             offset = with_runs.next_offset if isinstance(with_runs, fetch._Local) else offset + 1
     finally:
         broker.close()
+
+
+# Property bytes no put would write, straight into records: keys with \x01, \x02, bytes
+# that are not UTF-8 (a lone byte, a cut sequence, an encoded surrogate), 3-byte key
+# length varints, KEYS after UNIQ_KEY, anything.
+RAW_KEYS = st.one_of(
+    st.text(_TEXT, max_size=20).map(str.encode),
+    st.binary(max_size=40),
+    st.sampled_from([b"\xff", b"a\xc3", b"\xed\xa0\x80", b"\xe2\x82", b"a\x02b", b"x" * 9000]),
+)
+# Two pairs shaped like KEYS then UNIQ_KEY, the names of the same lengths or a third pair.
+SHAPED = st.tuples(
+    st.sampled_from([b"KEYS", b"KEYZ", b"TAGS", b"UNIQ_KEY"]),
+    RAW_KEYS,
+    st.sampled_from([b"UNIQ_KEY", b"UNIQ_KEZ", b"KEYS", b"KEYS\x01x\x02UNIQ_KEY"]),
+)
+PROPERTIES = st.one_of(
+    st.just(b""),
+    st.just(b"UNIQ_KEY\x01ID\x02"),
+    RAW_KEYS.map(lambda k: b"KEYS\x01" + k + b"\x02UNIQ_KEY\x01ID\x02"),
+    SHAPED.map(lambda t: t[0] + b"\x01" + t[1] + b"\x02" + t[2] + b"\x01ID\x02"),
+    st.binary(max_size=30),
+)
+HOSTS = (HostAddress("10.0.0.7", 40000), HostAddress("::1", 1))
+HOST = st.integers(0, 7).map(lambda i: HOSTS[i == 0])  # IPv6 (no run) one time in 8
+
+
+def _batch(add: Any, batch: ViewBatch) -> object:
+    """``add(batch)``, then the batch, or the type and text of the error raised."""
+    try:
+        add(batch)
+    except MQError as exc:
+        return type(exc), str(exc)
+    return batch.count, batch.finish() if batch.count else b""
+
+
+def _compare_raw(records: list[tuple[int, bytes, HostAddress, bytes]], limit: int) -> None:
+    """encode_run on raw records (other bytes between them, as other topics' records)
+    alternating with ViewBatch.add where a run stops, as the Fetch store path does, gives
+    the batch (or the error) ViewBatch.add alone gives."""
+    data = bytearray()
+    views: list[RecordView] = []
+    for i, (body, properties, host, gap) in enumerate(records):
+        data += gap
+        raw = encode_record(
+            topic="t", queue_id=0, flag=0, queue_offset=i, phys_offset=len(data), sys_flag=0,
+            born_timestamp=1_700_000_000_000 + i * 999, born_host=host, store_timestamp=0,
+            store_host=HOSTS[0], reconsume_times=0, prepared_transaction_offset=0,
+            body=b"b" * body, properties=properties,
+        )  # fmt: skip
+        views.append(RecordView(raw, len(data), i))
+        data += raw
+    positions = np.array([v.phys_offset for v in views], np.int64)
+    sizes = np.array([len(v.raw) for v in views], np.int64)
+
+    def runs_and_views(batch: ViewBatch) -> None:
+        i = 0
+        while i < len(views):
+            taken, full = batch.add_run(bytes(data), positions[i:], sizes[i:], i)
+            i += taken
+            if full or i == len(views) or not batch.add(views[i : i + 1]):
+                return
+            i += 1
+
+    expected = _batch(lambda batch: batch.add(views), ViewBatch(limit))
+    assert _batch(runs_and_views, ViewBatch(limit)) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(st.integers(0, 300), PROPERTIES, HOST, st.binary(max_size=12)),
+        min_size=8,
+        max_size=120,
+    ),
+    limit=st.sampled_from(LIMITS),
+)
+def test_any_properties_encode_as_the_views_do(
+    records: list[tuple[int, bytes, HostAddress, bytes]], limit: int
+) -> None:
+    _compare_raw(records, limit)
+
+
+def _keys(*keys: bytes) -> list[bytes]:
+    return [b"KEYS\x01" + key + b"\x02UNIQ_KEY\x01ID\x02" for key in keys]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        [b"KEYZ\x01k\x02UNIQ_KEY\x01ID\x02"],  # another name of KEYS' length
+        [b"KEYS\x01k\x02UNIQ_KEZ\x01ID\x02"],  # and of UNIQ_KEY's
+        [b"KEYS\x01k\x02\x02UNIQ_KEY\x01ID\x02"],
+        [b"KEYS\x01k\x02UNIQ_KEY\x01ID\x02KEYS\x01j\x02"],
+        _keys(b"k\x02j"),
+        _keys(b"\xc3"),
+        _keys(b"a\xc3", b"\xa9b"),  # together "a\xc3\xa9b" would be UTF-8 ("a\u00e9b")
+        _keys(b"\xed\xa0\x80"),  # an encoded surrogate
+        _keys(b" ", b"a b"),  # spaces: several keys (or none) to KEYS, text to Kafka
+        _keys("é".encode() * 100, "ключ".encode(), b"x" * 9000),  # 1- to 3-byte lengths
+    ],
+)
+def test_near_misses_encode_as_the_views_do(odd: list[bytes]) -> None:
+    usual = [(100, b"KEYS\x01key\x02UNIQ_KEY\x01ID\x02", HOSTS[0], b"")] * 3
+    _compare_raw(usual + [(100, properties, HOSTS[0], b"") for properties in odd] + usual, 1 << 20)
