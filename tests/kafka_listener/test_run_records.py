@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_listener import mapping, store_runs
+from kafka_listener import mapping, run_records, store_runs, view_records
 from kafka_listener.handlers import fetch
 from kafka_listener.record_codec import Record
 from kafka_listener.records import decode_batches
@@ -52,6 +52,20 @@ class RunSpy:
         run = store_runs.read_run(*args)
         self.records += len(run) if run is not None else 0
         return run
+
+
+class EncodeSpy:
+    """run_records.encode_run, noting the offsets of the records it encoded."""
+
+    def __init__(self) -> None:
+        self.offsets: set[int] = set()
+
+    def __call__(self, *args: Any) -> run_records.EncodedRun | None:
+        encoded = run_records.encode_run(*args)
+        if encoded is not None:
+            first = args[3]  # first_offset
+            self.offsets.update(range(first, first + encoded.count))
+        return encoded
 
 
 def _both(
@@ -126,6 +140,62 @@ def test_a_mixed_queue_gives_the_views_bytes(
         broker.send("t", [OutgoingMessage(b"plain rest %d" % i, queue_id=0)])
     for max_records in (16_384, 500, 70):
         assert _compare_all(monkeypatch, broker, max_records) > 0
+
+
+def _keyed(broker: Broker, count: int) -> None:
+    """``count`` records as Kafka producers store them, keyed and keyless (keys of one byte
+    to 200: a 2-byte length varint past 63, multi-byte UTF-8), and a REST message's
+    several keys last (a Kafka key with a space is stored as ``__kafka.key``: no run)."""
+    keys = [None, "order-{}", "k", "ключ-{}", "x" * 200]
+    records = [
+        Record(i, 1_700_000_000_000 + i * 31, key and key.format(i).encode(), b"v" * (i % 150 + 1))
+        for i, key in ((i, keys[i % len(keys)]) for i in range(count - 1))
+    ]
+    broker.send("t", [mapping.record_to_message(r, 0) for r in records])
+    broker.send("t", [OutgoingMessage(b"rest", keys=["k1", "k2"], queue_id=0)])
+
+
+def _encoded_by_runs(monkeypatch: pytest.MonkeyPatch, broker: Broker) -> tuple[int, set[int]]:
+    """A 1 MB fetch from offset 0: its record count, and the offsets that runs encoded."""
+    spy = EncodeSpy()
+    monkeypatch.setattr(fetch, "read_run", store_runs.read_run)
+    monkeypatch.setattr(view_records, "encode_run", spy)
+    return fetch._read_local(broker, "t", 0, 0, 1 << 20, 16_384).count, spy.offsets
+
+
+def test_keyed_records_take_runs_and_give_the_views_bytes(
+    monkeypatch: pytest.MonkeyPatch, broker: Broker
+) -> None:
+    _keyed(broker, 3000)
+    assert _compare_all(monkeypatch, broker, 16_384) > 0
+    assert _encoded_by_runs(monkeypatch, broker) == (3000, set(range(3000)))
+    (batch,) = decode_batches(fetch._read_local(broker, "t", 0, 0, 1 << 20, 16_384).records)
+    assert batch.records[1].key == b"order-1" and batch.records[4].key == b"x" * 200
+    assert batch.records[3].key == "ключ-3".encode() and batch.records[-1].key == b"k1 k2"
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"KEYS": "a\x01b"},
+        {"UNIQ_KEY": "ID", "KEYS": "k"},
+        {"KEYS": ""},
+        {"TAGS": "TagA", "KEYS": "k"},
+        {"KEYS": "k", "h": "v"},
+    ],
+)
+def test_other_properties_stop_a_keyed_run(
+    monkeypatch: pytest.MonkeyPatch, broker: Broker, properties: dict[str, str]
+) -> None:
+    """Properties other than KEYS then UNIQ_KEY: the record goes through the views."""
+    _keyed(broker, 100)
+    broker.store.put_messages([Message("t", b"odd", properties=properties)], 0)
+    _keyed(broker, 100)
+    broker.store.dispatch_until_caught_up()
+    assert _compare_all(monkeypatch, broker, 16_384) > 0
+    count, offsets = _encoded_by_runs(monkeypatch, broker)
+    # (after it, a chunk of views of up to max_pull_count records: all the rest here)
+    assert count == 201 and 100 not in offsets and offsets == set(range(100))
 
 
 def test_records_of_other_topics_between_a_queues_records(
