@@ -22,9 +22,10 @@ record) it skips the property parse too; text-keyed records take :func:`_fast`, 
 ``encode_batch`` of ``message_to_record`` of each view taken, byte for byte
 (``test_view_records.py``). Measured in-process (``Broker.pull_records`` + encoding, 100-byte
 keyless records): ~2.1 us a record before, ~1.3 us with ViewBatch. :meth:`ViewBatch.add_run`
-takes a whole raw run of such records (``store_runs.py``) encoded with numpy
-(``run_records.py``, the same bytes as :meth:`ViewBatch.add`); the Fetch store path uses it
-for long reads and keeps :meth:`ViewBatch.add` for the records a run stops at.
+takes a whole raw run of such records, keyless or with a text key (``store_runs.py``),
+encoded with numpy (``run_records.py``, the same bytes as :meth:`ViewBatch.add`); the Fetch
+store path uses it for long reads and keeps :meth:`ViewBatch.add` for the records a run
+stops at.
 
 Thread-safety: pure functions; a ViewBatch belongs to one thread.
 """
@@ -268,7 +269,8 @@ class ViewBatch:
         self, data: bytes, positions: Int64s, sizes: Int64s, first_offset: int
     ) -> tuple[int, bool]:
         """Take the leading usual records of a run (``run_records.encode_run``: what
-        :meth:`add`'s inline path takes, encoded with numpy, the same bytes) while they fit.
+        :meth:`add` takes with no property but a text key, encoded with numpy, the same
+        bytes) while they fit.
 
         Returns:
             ``(taken, full)``: how many records went in, and whether the next one did not
