@@ -148,6 +148,7 @@ def serve_cairn(
     dump = profiler(Path(profile_dir)) if profile_dir else None
 
     from cairn.gc_policy import settle_long_lived
+    from cairn.malloc_policy import keep_large_buffers
     from kafka_listener.handlers import ListenerConfig
     from kafka_listener.server import KafkaListener
     from mqcore.broker.broker import Broker
@@ -173,6 +174,7 @@ def serve_cairn(
         await listener.close()
 
     settle_long_lived()  # runbroker's garbage-collector settings (cairn.gc_policy)
+    keep_large_buffers()  # and its allocator settings (cairn.malloc_policy)
     try:
         asyncio.run(main())
     finally:

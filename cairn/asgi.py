@@ -14,6 +14,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from cairn.gc_policy import settle_long_lived  # noqa: E402
 from cairn.handler import OneHopASGIHandler  # noqa: E402
+from cairn.malloc_policy import keep_large_buffers  # noqa: E402
 from webui.metrics import sampler  # noqa: E402
 from webui.routing import websocket_application  # noqa: E402
 
@@ -33,3 +34,5 @@ sampler.start()
 
 # Long-lived objects frozen, fewer young collections (cairn.gc_policy says why).
 settle_long_lived()
+# Megabyte buffers from the heap, not fresh mappings (cairn.malloc_policy says why).
+keep_large_buffers()
