@@ -229,6 +229,9 @@ THREAD_ROLES = {
     "cairn-reput": "reput: ConsumeQueue + index dispatch",
     "kafka-read-ahead": "Fetch read-ahead: the next store-path batch",
     "cairn-prefault": "CommitLog pre-faulting",
+    "cairn-flush": "flush: msync of the CommitLog, ConsumeQueues, checkpoint",
+    "cairn-index": "index service",
+    "cairn-cleanup": "file cleanup",
 }
 
 
