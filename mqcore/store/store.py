@@ -38,23 +38,15 @@ from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexService
 from mqcore.store.lockfile import StoreLock
-from mqcore.store.msgid import HostAddress, UniqKeyGenerator, create_offset_msg_id
+from mqcore.store.msgid import UniqKeyGenerator, create_offset_msg_id
+from mqcore.store.pending import DEFAULT_BORN_HOST, pending_record
 from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.prefault import Prefaulter, start_prefaulter
 from mqcore.store.progress import Progress, Slot, publish_config
-from mqcore.store.properties import (
-    PROPERTY_UNIQ_KEY,
-    PROPERTY_WAIT,
-    encode_message_properties,
-    encode_properties,
-)
 from mqcore.store.record_layout import (
-    BORNHOST_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
-    V1_MAX_TOPIC_BYTES,
-    record_size,
 )
 from mqcore.store.record_views import RecordsResult
 from mqcore.store.recovery import RecoveryReport, recover
@@ -67,12 +59,11 @@ from mqcore.store.results import (
 )
 from mqcore.store.roles import Role
 from mqcore.store.service_lock import CONTINUOUS_SERVICES, ServiceLocks
-from mqcore.validation import validate_body, validate_properties_size, validate_topic
+from mqcore.validation import validate_topic
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[DispatchRequest], None]
-DEFAULT_BORN_HOST = HostAddress("127.0.0.1", 0)
 
 
 #: Records dispatched per batch by ``reput_once`` (ConsumeQueue and index writes batched).
@@ -473,56 +464,18 @@ class MessageStore:
         self._valid_topics.add(topic)
 
     def _prepare(self, msg: Message, queue_id: int) -> tuple[PendingRecord, str, bool]:
-        topic = msg.topic
-        if topic not in self._valid_topics:
-            self._remember_valid(topic)
-        max_size = self.config.max_message_size
-        if not msg.body or len(msg.body) > max_size:
-            validate_body(msg.body, max_size)
-        if msg.properties:
-            props = msg.all_properties()
-            uniq = props.get(PROPERTY_UNIQ_KEY) or self._uniq.next_id()
-            props[PROPERTY_UNIQ_KEY] = uniq
-            encoded = encode_properties(props)
-            wait = props.get(PROPERTY_WAIT, "true") != "false"
-        else:  # the usual message: the same bytes without building the dict
-            uniq = self._uniq.next_id()
-            encoded = encode_message_properties(msg.tags, msg.keys_value(), msg.delay_level, uniq)
-            wait = True
-        validate_properties_size(encoded)
-        born_host = msg.born_host or DEFAULT_BORN_HOST
-        sys_flag = msg.sys_flag & ~BORNHOST_V6_FLAG
-        if ":" in born_host.ip:
-            sys_flag |= BORNHOST_V6_FLAG
-        topic_bytes = len(msg.topic.encode())
-        size = record_size(
-            len(msg.body),
-            topic_bytes,
-            len(encoded),
-            sys_flag=sys_flag | self._store_host_flag(),
-            v2=topic_bytes > V1_MAX_TOPIC_BYTES,
+        """The general path's record of ``msg`` (``pending.pending_record``), its topic
+        checked first."""
+        if msg.topic not in self._valid_topics:
+            self._remember_valid(msg.topic)
+        return pending_record(
+            msg,
+            queue_id,
+            uniq=self._uniq,
+            clock=self.clock,
+            max_message_size=self.config.max_message_size,
+            store_host=self.config.store_host,
         )
-        tx = sys_flag & TRANSACTION_TYPE_MASK
-        record = PendingRecord(
-            topic=msg.topic,
-            queue_id=queue_id,
-            flag=msg.flag,
-            sys_flag=sys_flag,
-            born_timestamp=msg.born_timestamp
-            if msg.born_timestamp is not None
-            else self.clock.now_ms(),
-            born_host=born_host,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=0,
-            body=msg.body,
-            properties=encoded,
-            size=size,
-            takes_queue_offset=tx in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
-        )
-        return record, uniq, wait
-
-    def _store_host_flag(self) -> int:
-        return 0x20 if ":" in self.config.store_host.ip else 0
 
     # -- dispatch (reput) -----------------------------------------------------------------
 
