@@ -40,18 +40,20 @@ from mqcore.broker.config import BrokerConfig
 from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
 from mqcore.broker.long_poll import ArrivalNotifier
 from mqcore.broker.management import BrokerAdmin
+from mqcore.broker.plain_sending import (
+    place_plain_batch,
+    place_plain_round_robin,
+    store_plain_batch,
+    store_plain_round_robin,
+)
 from mqcore.broker.pulling import _map_status, check_pull, check_pull_args, scan
 from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import (
     Placed,
     QueueSelector,
     place_messages,
-    place_plain_batch,
-    place_plain_round_robin,
     resolve_topic,
     store_placed,
-    store_plain_batch,
-    store_plain_round_robin,
 )
 from mqcore.broker.stats import RateCounter
 from mqcore.broker.tags import TagFilter, parse_tag_expression

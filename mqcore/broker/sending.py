@@ -34,11 +34,10 @@ properties and without a delay level carry no properties dict and get their ``UN
 from the store, which then encodes them in its plain-batch loop; their properties are still
 checked here, so the whole send fails or none of it. A front end that builds such plain
 messages itself sends them without the ``OutgoingMessage`` → ``Message`` → ``Placed``
-objects per message, with the same rules and errors: one queue's batch (the Kafka
-listener's produce) through :func:`place_plain_batch` and :func:`store_plain_batch`
-(``Broker.send_plain``), a batch without explicit queues or sharding keys (the REST API's
-usual send) round robin through :func:`place_plain_round_robin` and
-:func:`store_plain_round_robin` (``Broker.send_plain_round_robin``).
+objects per message, with the same rules and errors (``plain_sending.py``): one queue's
+batch (the Kafka listener's produce, ``Broker.send_plain``), or a batch without explicit
+queues or sharding keys (the REST API's usual send) round robin
+(``Broker.send_plain_round_robin``).
 
 Delay hook (spec 9, ``HookUtils.handleScheduleMessage``): a message with delay level > 0 is
 stored in ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC``/``REAL_QID`` holding
@@ -71,7 +70,6 @@ from mqcore.metadata.topics import (
 )
 from mqcore.store.hashing import java_string_hash
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator
-from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.properties import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -113,12 +111,12 @@ class _PlacedBuilder:
     __slots__ = Placed.__slots__
 
 
-class _SendResultBuilder:
+class SendResultBuilder:
     __slots__ = SendResult.__slots__
 
 
 assert _PlacedBuilder.__slots__ == tuple(f.name for f in fields(Placed))
-assert _SendResultBuilder.__slots__ == tuple(f.name for f in fields(SendResult))
+assert SendResultBuilder.__slots__ == tuple(f.name for f in fields(SendResult))
 
 
 # _plain_message sets every field of a Message itself: one added there must be added here.
@@ -128,7 +126,7 @@ assert tuple(f.name for f in fields(Message)) == (
 )  # fmt: skip
 
 
-def _placed(message: Message, queue_id: int) -> Placed:
+def placed_for(message: Message, queue_id: int) -> Placed:
     """``Placed(message, queue_id, message.topic, queue_id, False)``, built cheaply."""
     p: Any = _PlacedBuilder()
     p.message = message
@@ -221,11 +219,11 @@ def check_writable(config: TopicConfig) -> None:
         )
 
 
-def _field(name: str, index: int, batch: bool) -> str:
+def message_field(name: str, index: int, batch: bool) -> str:
     return f"messages[{index}].{name}" if batch else name
 
 
-def _renamed(exc: ValidationError, field: str) -> ValidationError:
+def renamed_error(exc: ValidationError, field: str) -> ValidationError:
     return type(exc)(field, exc.rule, str(exc).replace(exc.field, field, 1))
 
 
@@ -252,7 +250,7 @@ def place_messages(
         queue_id = out.queue_id
         if queue_id is not None and queue_id >= 0:
             if queue_id >= queue_limit:  # the field name is only formatted for the error
-                check_queue_id(config, queue_id, _field("queue_id", i, batch))
+                check_queue_id(config, queue_id, message_field("queue_id", i, batch))
         elif not out.sharding_key:
             round_robin += 1
     check_writable(config)
@@ -272,13 +270,13 @@ def place_messages(
             try:
                 validate_body(body, max_message_size)
             except ValidationError as exc:
-                raise _renamed(exc, _field("body", i, batch)) from None
+                raise renamed_error(exc, message_field("body", i, batch)) from None
         total += len(body)
         if out.delay_level < 0:
             raise ValidationError(
-                _field("delay_level", i, batch),
+                message_field("delay_level", i, batch),
                 "range",
-                f"{_field('delay_level', i, batch)}: must be 0 (none) or a level from 1 to "
+                f"{message_field('delay_level', i, batch)}: must be 0 (none) or a level from 1 to "
                 f"{max_delay_level} (got {out.delay_level})",
             )
         queue_id = out.queue_id
@@ -290,10 +288,12 @@ def place_messages(
                 position += 1
         if not out.properties and out.delay_level <= 0:
             placed.append(
-                _placed(_plain_message(topic, out, born_host, i, batch, id_placeholder), queue_id)
+                placed_for(
+                    _plain_message(topic, out, born_host, i, batch, id_placeholder), queue_id
+                )
             )
         else:
-            message = _to_message(topic, out, uniq, born_host, _field("", i, batch))
+            message = _to_message(topic, out, uniq, born_host, message_field("", i, batch))
             placed.append(to_schedule(message, queue_id, max_delay_level))
     if total > max_batch_bytes:
         raise MessageIllegalError(
@@ -307,231 +307,16 @@ def place_messages(
 # Keys this short, ASCII and without separators, and no tags, cannot make the properties of
 # a plain message overflow MAX_PROPERTIES_BYTES (``KEYS``, ``UNIQ_KEY`` and separators add
 # under 100 bytes): the exact encoding is only measured for the others.
-_SAFE_KEYS_CHARS = 8000
+SAFE_KEYS_CHARS = 8000
 
 
-def place_plain_batch(
-    config: TopicConfig,
-    queue_id: int,
-    messages: Sequence[Message] | PlainColumns,
-    *,
-    uniq: UniqKeyGenerator,
-    max_message_size: int,
-    max_batch_bytes: int,
-) -> None:
-    """Validate a batch of plain messages for one queue: :func:`place_messages`'s rules, in
-    its order and with its errors, for what a front end that builds store messages itself
-    sends (the Kafka listener's produce of records without headers: one queue per batch).
-
-    Plain means: ``topic`` is the topic's name, no properties, no delay level (the store
-    gives them ``UNIQ_KEY`` and encodes them in its plain-batch loop). Nothing is copied:
-    the messages go to :func:`store_plain_batch` as they are. No ``Placed`` and no
-    ``OutgoingMessage`` per message: on a Kafka batch of thousands of records those
-    conversions cost more than the store's own encoding. ``messages`` may be columns
-    (``PlainColumns``): checked as ``to_messages()`` would be, the messages built only
-    for a batch that breaks a rule (to raise its error).
-
-    Raises:
-        ValidationError / MessageIllegalError / NoPermissionError: as ``place_messages``.
-        ValueError: a message is not plain (a caller's bug, nothing is stored).
-    """
-    batch = len(messages) > 1
-    check_queue_id(config, queue_id, _field("queue_id", 0, batch))
-    check_writable(config)
-    if not messages:
-        raise ValidationError("messages", "empty", "messages: send at least one message")
-    if isinstance(messages, PlainColumns):
-        if _surely_fine(config.topic_name, messages, max_message_size, max_batch_bytes):
-            return
-        messages = messages.to_messages()
-    _check_plain(config.topic_name, messages, uniq, max_message_size, max_batch_bytes)
-
-
-def _surely_fine(
-    topic: str, columns: PlainColumns, max_message_size: int, max_batch_bytes: int
-) -> bool:
-    """Whether :func:`_check_plain` surely passes ``columns.to_messages()``: a few C-level
-    passes over the columns instead of a step per message."""
-    lengths = columns.body_lengths()
-    if columns.topic != topic or lengths is None:
-        return False
-    if not 0 < lengths.min() <= lengths.max() <= max_message_size:
-        return False
-    if int(lengths.sum()) > max_batch_bytes:
-        return False
-    keys = columns.keys
-    if keys.count("") == len(keys):
-        return True
-    # _surely_fits(None, key) for every key at once (~0.15 us a key less than a call each)
-    try:
-        text = "".join(keys)
-    except TypeError:
-        return False
-    return (
-        max(map(len, keys)) <= _SAFE_KEYS_CHARS
-        and text.isascii()
-        and "\x01" not in text
-        and "\x02" not in text
-    )
-
-
-def place_plain_round_robin(
-    config: TopicConfig,
-    messages: Sequence[Message],
-    *,
-    selector: QueueSelector,
-    uniq: UniqKeyGenerator,
-    max_message_size: int,
-    max_batch_bytes: int,
-) -> int:
-    """Validate plain messages (as :func:`place_plain_batch`) that go round robin: no
-    explicit queue and no sharding key (the REST API's usual batch). :func:`place_messages`'s
-    rules, order and errors for the same messages sent as ``OutgoingMessage``; their
-    round-robin positions are taken where it takes them (before the per-message checks).
-
-    Returns:
-        The first position: message ``i`` goes to queue ``(first + i) % writeQueueNums``
-        (:func:`store_plain_round_robin`).
-
-    Raises:
-        As :func:`place_plain_batch`.
-    """
-    check_writable(config)
-    if not messages:
-        raise ValidationError("messages", "empty", "messages: send at least one message")
-    topic = config.topic_name
-    first = selector.reserve(topic, len(messages))
-    _check_plain(topic, messages, uniq, max_message_size, max_batch_bytes)
-    return first
-
-
-def _check_plain(
-    topic: str,
-    messages: Sequence[Message],
-    uniq: UniqKeyGenerator,
-    max_message_size: int,
-    max_batch_bytes: int,
-) -> None:
-    """:func:`place_messages`'s per-message rules (body, properties) and the batch's body
-    bytes, for plain messages of ``topic``."""
-    batch = len(messages) > 1
-    id_placeholder = ""
-    total = 0
-    for i, m in enumerate(messages):
-        if m.topic != topic or m.properties or m.delay_level:
-            raise ValueError(f"messages[{i}] is not a plain message for topic {topic!r}")
-        body = m.body
-        if body is None or not 0 < len(body) <= max_message_size:
-            try:
-                validate_body(body, max_message_size)
-            except ValidationError as exc:
-                raise _renamed(exc, _field("body", i, batch)) from None
-        total += len(body)
-        if not _surely_fits(m.tags, m.keys):
-            if not id_placeholder:  # as long as the store's ids (see place_messages)
-                id_placeholder = "0" * len(uniq.next_id())
-            try:
-                validate_properties_size(
-                    encode_message_properties(m.tags, m.keys_value(), 0, id_placeholder)
-                )
-            except ValidationError as exc:
-                raise _renamed(exc, _field("properties", i, batch)) from None
-    if total > max_batch_bytes:
-        raise MessageIllegalError(
-            "messages",
-            "max_batch_bytes",
-            f"messages: a send may carry at most {max_batch_bytes} body bytes (got {total})",
-        )
-
-
-def store_plain_batch(
-    store: MessageStore,
-    messages: Sequence[Message] | PlainColumns,
-    queue_id: int,
-    broker_name: str,
-) -> SendResult:
-    """Put a batch checked by :func:`place_plain_batch` with one put (consecutive offsets
-    from the first message's). Raises on a refused put as :func:`store_placed` does.
-    Columns go to ``put_plain_columns``, the store's ``put_batch`` for them.
-
-    Returns:
-        The first message's SendResult: the others follow it, one queue offset each.
-    """
-    if isinstance(messages, PlainColumns):
-        puts = store.put_plain_columns(messages, queue_id)
-    else:
-        puts = store.put_batch(messages, queue_id)
-    if isinstance(puts, BatchPutResults):  # one status for the batch; one offsetMsgId made
-        return _first_result(puts, queue_id, broker_name)
-    if isinstance(messages, PlainColumns):  # put by the general path: one result a message
-        messages = messages.to_messages()
-    result = _send_result(_placed(messages[0], queue_id), puts[0], broker_name)
-    for message, put in zip(messages, puts, strict=True):  # one put's statuses agree: check
-        if put.status is not PutStatus.PUT_OK and put.status is not PutStatus.FLUSH_DISK_TIMEOUT:
-            _send_result(_placed(message, queue_id), put, broker_name)  # raises
-    return result
-
-
-def _first_result(puts: BatchPutResults, queue_id: int, broker_name: str) -> SendResult:
-    """The SendResult of a plain batch's first message (one status for the batch; one
-    offsetMsgId made)."""
-    r: Any = _SendResultBuilder()
-    r.status = _status_of(puts.status, puts)
-    r.msg_id = puts.msg_ids[0]
-    r.offset_msg_id = puts.offset_msg_id_at(0)
-    r.topic = puts.topic
-    r.queue_id = queue_id
-    r.queue_offset = puts.queue_offsets[0]
-    r.broker_name = broker_name
-    r.store_timestamp = puts.store_timestamp
-    r.delayed = False
-    r.__class__ = SendResult
-    return r  # type: ignore[no-any-return]
-
-
-def store_plain_round_robin(
-    store: MessageStore,
-    messages: Sequence[Message],
-    first: int,
-    write_queue_nums: int,
-    broker_name: str,
-) -> list[SendResult]:
-    """Put a batch checked by :func:`place_plain_round_robin` from round-robin position
-    ``first``: what :func:`store_placed` does with the same messages placed by
-    :func:`place_messages` (one put per queue, queues in the order they first appear, the
-    same offsets and CommitLog order), without grouping message by message: the messages
-    of the ``j``-th queue are ``messages[j::writable]``. Raises on a refused put.
-
-    Returns:
-        One SendResult per message, in the order given.
-    """
-    writable = max(1, write_queue_nums)
-    results: list[Any] = [None] * len(messages)
-    for j in range(min(len(messages), writable)):
-        queue_id = (first + j) % writable
-        group = messages[j::writable]
-        puts = store.put_batch(group, queue_id)
-        results[j::writable] = _plain_results(group, puts, queue_id, broker_name)
-    return results
-
-
-def _plain_results(
-    messages: Sequence[Message], puts: Sequence[PutResult], queue_id: int, broker_name: str
-) -> list[SendResult]:
-    """The SendResults of one put of plain messages (stored where they belong)."""
-    if isinstance(puts, BatchPutResults):
-        return _column_results(puts, broker_name)
-    # Not the plain path (a topic's first put, a refused put): as store_placed reports it.
-    return _put_results([_placed(m, queue_id) for m in messages], puts, broker_name)
-
-
-def _column_results(puts: BatchPutResults, broker_name: str) -> list[SendResult]:
+def column_send_results(puts: BatchPutResults, broker_name: str) -> list[SendResult]:
     """The SendResults of a plain batch's columns (one status, topic and queue)."""
-    status = _status_of(puts.status, puts)
+    status = send_status_of(puts.status, puts)
     topic = puts.topic
     queue_id = puts.queue_id
     store_timestamp = puts.store_timestamp
-    new_result = _SendResultBuilder
+    new_result = SendResultBuilder
     results: list[Any] = []
     append = results.append
     r: Any
@@ -590,7 +375,7 @@ def _to_message(
     try:
         validate_properties_size(encode_properties(final))
     except ValidationError as exc:
-        raise _renamed(exc, f"{prefix}properties") from None
+        raise renamed_error(exc, f"{prefix}properties") from None
     return message
 
 
@@ -610,24 +395,24 @@ def _plain_message(
     message = plain_message(
         topic, out.body, out.keys, out.born_timestamp, born_host, out.tag or None, out.flag
     )
-    if not _surely_fits(message.tags, message.keys):
+    if not surely_fits(message.tags, message.keys):
         try:
             validate_properties_size(
                 encode_message_properties(message.tags, message.keys_value(), 0, id_placeholder)
             )
         except ValidationError as exc:
-            raise _renamed(exc, _field("properties", index, batch)) from None
+            raise renamed_error(exc, message_field("properties", index, batch)) from None
     return message
 
 
-def _surely_fits(tags: str | None, keys: Sequence[str] | str) -> bool:
+def surely_fits(tags: str | None, keys: Sequence[str] | str) -> bool:
     """Whether the properties of a plain message with these tags and keys surely encode
-    within MAX_PROPERTIES_BYTES (see ``_SAFE_KEYS_CHARS``), so measuring them can be
+    within MAX_PROPERTIES_BYTES (see ``SAFE_KEYS_CHARS``), so measuring them can be
     skipped: no tags, and keys absent or short ASCII text without separators."""
     if tags or not isinstance(keys, str):
         return False
     return not keys or (
-        len(keys) <= _SAFE_KEYS_CHARS
+        len(keys) <= SAFE_KEYS_CHARS
         and keys.isascii()
         and "\x01" not in keys
         and "\x02" not in keys
@@ -667,7 +452,7 @@ def store_placed(
     if len(placed) == 1:
         only = placed[0]
         (put,) = store.put_messages([only.message], only.store_queue_id)
-        return [_send_result(only, put, broker_name)]
+        return [send_result_of(only, put, broker_name)]
     # Keyed by the stored queue id alone for the first message's stored topic (a send's
     # topic: every message but the delayed ones), by (topic, queue id) for any other: no
     # tuple per message in the usual batch. The two kinds of key never compare equal.
@@ -687,32 +472,32 @@ def store_placed(
         members = [placed[i] for i in indexes]
         puts = store.put_batch([p.message for p in members], members[0].store_queue_id)
         if isinstance(puts, BatchPutResults) and all(_as_stored(p, puts.topic) for p in members):
-            sent = _column_results(puts, broker_name)
+            sent = column_send_results(puts, broker_name)
         else:
-            sent = _put_results(members, puts, broker_name)
+            sent = put_send_results(members, puts, broker_name)
         for i, result in zip(indexes, sent, strict=True):
             results[i] = result
     return results
 
 
-def _put_results(
+def put_send_results(
     placed: Sequence[Placed], puts: Sequence[PutResult], broker_name: str
 ) -> list[SendResult]:
     """The SendResults of one put's PutResult objects, each reported where ``placed`` says
     it belongs. Raises on a refused put."""
     # One put's results share a status (one lock, one flush): mapped once, from the first;
-    # a result that differs goes through _send_result all the same.
+    # a result that differs goes through send_result_of all the same.
     put_status = puts[0].status
     status = _send_status(puts[0])
-    new_result = _SendResultBuilder
+    new_result = SendResultBuilder
     results: list[Any] = []
     append = results.append
     r: Any
     for p, put in zip(placed, puts, strict=True):
         if put.status is not put_status:
-            append(_send_result(p, put, broker_name))
+            append(send_result_of(p, put, broker_name))
             continue
-        # _send_result's SendResult, inline: this loop runs for every message of a batch.
+        # send_result_of's SendResult, inline: this loop runs for every message of a batch.
         r = new_result()
         r.status = status
         r.msg_id = put.msg_id
@@ -735,10 +520,10 @@ def _as_stored(p: Placed, topic: str) -> bool:
 
 def _send_status(put: PutResult) -> SendStatus:
     """The SendStatus of a stored message; raises for a put the store refused."""
-    return _status_of(put.status, put)
+    return send_status_of(put.status, put)
 
 
-def _status_of(status: PutStatus, put: object) -> SendStatus:
+def send_status_of(status: PutStatus, put: object) -> SendStatus:
     """The SendStatus of a put's ``status``; raises for a put the store refused."""
     if status is PutStatus.PUT_OK:
         return SendStatus.SEND_OK
@@ -751,9 +536,9 @@ def _status_of(status: PutStatus, put: object) -> SendStatus:
     raise StoreError(f"the store could not write the message ({status})")
 
 
-def _send_result(placed: Placed, put: PutResult, broker_name: str) -> SendResult:
+def send_result_of(placed: Placed, put: PutResult, broker_name: str) -> SendResult:
     status = _send_status(put)
-    r: Any = _SendResultBuilder()
+    r: Any = SendResultBuilder()
     r.status = status
     r.msg_id = put.msg_id
     r.offset_msg_id = put.offset_msg_id
