@@ -39,6 +39,7 @@ import numpy.typing as npt
 from mqcore.errors import MessageIllegalError, ValidationError
 from mqcore.message import Message
 from mqcore.store.body_crc import BODY_CRC_MASK, crc32
+from mqcore.store.keyed_grid import encode_keyed_grid, key_pairs
 from mqcore.store.msgid import (
     IPV6_HOST_SIZE,
     HostAddress,
@@ -59,6 +60,7 @@ from mqcore.store.record_layout import (
 )
 from mqcore.store.results import BatchPutResults, PutStatus
 
+I64s = npt.NDArray[np.int64]
 EncodedBatch = tuple[list[bytes], BatchPutResults, int, int]
 """A plain batch encoded at a given CommitLog position (:func:`encode_plain`): the parts
 (``b"".join(parts)`` is the records), the PutResults (status PUT_OK), the total bytes and
@@ -277,8 +279,9 @@ def encode_plain_columns(
     """:func:`encode_plain` of ``columns.to_messages()``: same arguments, bytes, results,
     None and errors, without a message per record.
 
-    A batch of records without keys or with keys of one length (``plain_grid.py``) is
-    encoded as one numpy grid of headers and tails; other batches step by step, each step a
+    A batch of records without keys or with keys of one length (``plain_grid.py``), or
+    all keyed with ASCII keys of several lengths (``keyed_grid.py``), is encoded as one
+    numpy grid of headers and tails; other batches step by step, each step a
     C-level ``map`` or a comprehension over a column (CRCs, sizes, positions, headers)
     rather than a step of one Python loop: ~0.4 us a record less than building the messages
     and encoding them (5,000 keyless 100-byte records). A batch this does not surely encode
@@ -312,10 +315,17 @@ def encode_plain_columns(
                     0, magic, 0, queue_id, 0, 0, 0, variant << 4, 0, born, store_timestamp,
                     store, 0, 0, 0,
                 )  # fmt: skip
-                parts, starts, end = encode_grid(
-                    bodies, lengths, crcs, np.array(born_timestamps, np.int64), keys_text,
-                    template, topic_field, uniq_head, uniq_first, phys_offset, queue_offset,
-                )  # fmt: skip
+                timestamps = np.array(born_timestamps, np.int64)
+                if isinstance(keys_text, bytes):
+                    parts, starts, end = encode_grid(
+                        bodies, lengths, crcs, timestamps, keys_text, template, topic_field,
+                        uniq_head, uniq_first, phys_offset, queue_offset,
+                    )  # fmt: skip
+                else:
+                    parts, starts, end = encode_keyed_grid(
+                        bodies, lengths, crcs, timestamps, *keys_text, template, topic_field,
+                        uniq_head, uniq_first, phys_offset, queue_offset,
+                    )  # fmt: skip
                 return _encoded(
                     columns, queue_id, store_timestamp, store, uniq_head, uniq_first, parts,
                     starts, end, phys_offset, queue_offset,
@@ -384,25 +394,30 @@ def _encoded(
     return parts, results, end - phys_offset, queue_offset + count
 
 
-def _grid_keys(keys: Sequence[str], count: int, uniq_length: int) -> bytes | None:
-    """The keys of a batch for ``plain_grid.encode_grid`` (b"" when there are none), or
-    None when it cannot take them: some but not all records keyed, keys of several
-    lengths, not ASCII, holding the pair separator, or too long for the length table."""
+def _grid_keys(
+    keys: Sequence[str], count: int, uniq_length: int
+) -> bytes | tuple[bytes, I64s] | None:
+    """The keys of a batch for the grids: for ``plain_grid.encode_grid`` the keys back to
+    back when all have one length (b"" when there are none), for
+    ``keyed_grid.encode_keyed_grid`` their pairs and lengths (``keyed_grid.key_pairs``) when
+    they have several; None when neither takes them: some but not all records keyed, keys
+    not ASCII, holding the pair separator, or too long for the length table."""
     if keys.count("") == count:
         return b""
     if "" in keys or set(map(type, keys)) != {str}:
         return None
     joined = "".join(keys)
-    length = len(keys[0])
-    if (
-        len(joined) != length * count
-        or not joined.isascii()
-        or "\x02" in joined
-        or properties_size(length, uniq_length + 4) >= _PLEN_TABLE_SIZE
-        or list(map(len, keys)).count(length) != count
-    ):
+    if not joined.isascii() or "\x02" in joined:
         return None
-    return joined.encode("ascii")
+    length = len(keys[0])
+    if len(joined) == length * count and list(map(len, keys)).count(length) == count:
+        if properties_size(length, uniq_length + 4) >= _PLEN_TABLE_SIZE:
+            return None
+        return joined.encode("ascii")
+    pairs, lengths = key_pairs(keys)
+    if properties_size(int(lengths.max()), uniq_length + 4) >= _PLEN_TABLE_SIZE:
+        return None
+    return pairs, lengths
 
 
 class _Declined(Exception):

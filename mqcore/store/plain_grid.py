@@ -50,38 +50,42 @@ I64s = npt.NDArray[np.int64]
 #: a batch however small it is).
 MIN_GRID_RECORDS = 64
 
-_KEYS_OPEN = b"KEYS\x01"
-_UNIQ_OPEN = b"UNIQ_KEY\x01"
-_PAIR_END = b"\x02"
-_HEX_DIGITS = 4  # the counter's digits at the end of every UNIQ_KEY of a reservation
+KEYS_OPEN = b"KEYS\x01"
+UNIQ_OPEN = b"UNIQ_KEY\x01"
+PAIR_END = b"\x02"
+HEX_DIGITS = 4  # the counter's digits at the end of every UNIQ_KEY of a reservation
 
 _HEX4_GRID: npt.NDArray[np.uint8] | None = None
 
 
-def _hex4_grid() -> npt.NDArray[np.uint8]:
+def hex4_grid() -> npt.NDArray[np.uint8]:
     """``hex4_table()`` as a ``(65536, 4)`` grid of ASCII bytes (256 KiB)."""
     global _HEX4_GRID
     grid = _HEX4_GRID
     if grid is None:
         text = "".join(hex4_table()).encode("ascii")
-        grid = _HEX4_GRID = np.frombuffer(text, np.uint8).reshape(0x10000, _HEX_DIGITS)
+        grid = _HEX4_GRID = np.frombuffer(text, np.uint8).reshape(0x10000, HEX_DIGITS)
     return grid
 
 
 @functools.lru_cache(maxsize=16)
-def _row_dtype(header_size: int, row_size: int) -> np.dtype[np.void]:
-    """The varying header fields of a grid row, big-endian at their record offsets."""
+def row_dtype(header_size: int, row_size: int, header_at: int = 0) -> np.dtype[np.void]:
+    """The varying header fields of a grid row whose header starts at ``header_at``,
+    big-endian at their record offsets."""
     return np.dtype(
         {
             "names": ["total", "crc", "queue_offset", "phys_offset", "born", "body_length"],
             "formats": [">i4", ">i4", ">i8", ">i8", ">i8", ">i4"],
             "offsets": [
-                0,
-                BODY_CRC_POSITION,
-                QUEUE_OFFSET_POSITION,
-                PHYS_OFFSET_POSITION,
-                BORN_TIMESTAMP_POSITION,
-                header_size - INT32.size,
+                header_at + position
+                for position in (
+                    0,
+                    BODY_CRC_POSITION,
+                    QUEUE_OFFSET_POSITION,
+                    PHYS_OFFSET_POSITION,
+                    BORN_TIMESTAMP_POSITION,
+                    header_size - INT32.size,
+                )
             ],
             "itemsize": row_size,
         }
@@ -99,8 +103,8 @@ def _cuts(header_size: int, row_size: int, count: int) -> struct.Struct:
 def properties_size(key_length: int, uniq_length: int) -> int:
     """PROPERTIESLENGTH of a record with a key of ``key_length`` bytes (0: no key) and a
     UNIQ_KEY of ``uniq_length`` characters, as ``encode_plain`` writes it."""
-    keys = len(_KEYS_OPEN) + key_length + len(_PAIR_END) if key_length else 0
-    return keys + len(_UNIQ_OPEN) + uniq_length + len(_PAIR_END)
+    keys = len(KEYS_OPEN) + key_length + len(PAIR_END) if key_length else 0
+    return keys + len(UNIQ_OPEN) + uniq_length + len(PAIR_END)
 
 
 def encode_grid(
@@ -132,17 +136,17 @@ def encode_grid(
     count = len(bodies)
     key_length = len(keys_text) // count
     head = uniq_head.encode("ascii")
-    properties_length = properties_size(key_length, len(head) + _HEX_DIGITS)
-    key_part = _KEYS_OPEN + bytes(key_length) + _PAIR_END if key_length else b""
+    properties_length = properties_size(key_length, len(head) + HEX_DIGITS)
+    key_part = KEYS_OPEN + bytes(key_length) + PAIR_END if key_length else b""
     tail = b"".join(
         (
             topic_field,
             PROPERTIES_LENGTH.pack(properties_length),
             key_part,
-            _UNIQ_OPEN,
+            UNIQ_OPEN,
             head,
-            bytes(_HEX_DIGITS),
-            _PAIR_END,
+            bytes(HEX_DIGITS),
+            PAIR_END,
         )
     )
     header_size = len(header)
@@ -151,17 +155,17 @@ def encode_grid(
     grid[:] = np.frombuffer(header + tail, np.uint8)
     # The tail's variable bytes: the key, then the UNIQ_KEY counter before the last byte.
     if key_length:
-        key_at = header_size + len(topic_field) + PROPERTIES_LENGTH.size + len(_KEYS_OPEN)
+        key_at = header_size + len(topic_field) + PROPERTIES_LENGTH.size + len(KEYS_OPEN)
         keys = np.frombuffer(keys_text, np.uint8).reshape(count, key_length)
         grid[:, key_at : key_at + key_length] = keys
     counters = (np.arange(uniq_first, uniq_first + count, dtype=np.int64)) & 0xFFFF
-    hex_at = row_size - len(_PAIR_END) - _HEX_DIGITS
-    grid[:, hex_at : row_size - len(_PAIR_END)] = _hex4_grid()[counters]
+    hex_at = row_size - len(PAIR_END) - HEX_DIGITS
+    grid[:, hex_at : row_size - len(PAIR_END)] = hex4_grid()[counters]
     sizes = body_lengths + row_size
     ends = np.cumsum(sizes)
     ends += phys_offset
     starts = ends - sizes
-    rows = grid.view(_row_dtype(header_size, row_size)).reshape(count)
+    rows = grid.view(row_dtype(header_size, row_size)).reshape(count)
     rows["total"] = sizes
     rows["crc"] = body_crcs
     rows["queue_offset"] = np.arange(queue_offset, queue_offset + count, dtype=np.int64)

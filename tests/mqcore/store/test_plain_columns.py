@@ -75,7 +75,7 @@ def grid_batches(rng: random.Random) -> dict[str, PlainColumns]:
     n = MIN_GRID_RECORDS + 6
     bodies = [rng.randbytes(rng.choice([1, 2, 90, 300])) for _ in range(n)]
     one_length = [f"order-{i:04d}" for i in range(n)]
-    return {
+    near = {
         "grid keyless sizes": columns(bodies),
         "grid keyed": columns(bodies, one_length),
         "grid keyed ipv6": columns(bodies, one_length, born_host=HostAddress("2001:db8::5", 9)),
@@ -91,10 +91,45 @@ def grid_batches(rng: random.Random) -> dict[str, PlainColumns]:
         "grid empty body": columns(bodies[:-1] + [b""]),
         "grid timestamp past int64": columns(bodies, born_timestamps=[T0] * (n - 1) + [1 << 63]),
     }
+    return near | keyed_grid_batches(rng, bodies)
+
+
+# PROPERTIESLENGTH of a key of n characters with _encode's 32-character UNIQ_KEY:
+# KEYS\x01 key \x02 UNIQ_KEY\x01 id \x02; the columns' length table ends at 1024.
+KEY_FOR_1023 = 1023 - len("KEYS\x01\x02UNIQ_KEY\x01\x02") - 32
+
+
+def keyed_grid_batches(rng: random.Random, bodies: list[bytes]) -> dict[str, PlainColumns]:
+    """Batches of keys of several lengths (``keyed_grid.py``'s path) and their near misses."""
+    n = len(bodies)
+    ascii_text = "".join(map(chr, range(1, 128))).replace("\x02", "")  # \x01 and space too
+    varied = ["".join(rng.choices(ascii_text, k=rng.randint(1, 300))) for _ in range(n)]
+    counted = [f"order-{i}" for i in range(95, 95 + n)]  # 2 and 3 digits
+    at_edge = [rng.choice(["k", "k" * 255, "k" * 256, "k" * KEY_FOR_1023]) for _ in range(n)]
+    v6 = HostAddress("2001:db8::5", 9)
+    return {
+        "keyed grid varied": columns(bodies, varied),
+        "keyed grid counted": columns(bodies, counted),
+        "keyed grid ipv6": columns(bodies, counted, born_host=v6),
+        "keyed grid long topic": columns(bodies, varied, topic="t" * 200),  # V2
+        "keyed grid timestamps": columns(
+            [b"t"] * n, varied, born_timestamps=(INT64_EDGES * n)[:n], born_host=None
+        ),
+        "keyed grid at the table's edge": columns(bodies, at_edge),  # PROPERTIESLENGTH 1023
+        "keyed grid past the table": columns(bodies, at_edge[:-1] + ["k" * (KEY_FOR_1023 + 1)]),
+        "keyed grid one not ascii": columns(bodies, counted[:-1] + ["ключ"]),
+        "keyed grid separator key": columns(bodies, counted[:-1] + ["order\x02001"]),
+        "keyed grid keys and none": columns(bodies, [""] + counted[1:]),
+        "keyed grid empty body": columns(bodies[:-1] + [b""], counted),
+    }
 
 
 BATCHES = batches()
-GRID_TAKEN = {"grid keyless sizes", "grid keyed", "grid keyed ipv6", "grid timestamps", "grid long topic", "keyless"}  # fmt: skip
+GRID_TAKEN = {"grid keyless sizes", "grid keyed", "grid keyed ipv6", "grid timestamps", "grid long topic", "keyless"} | {
+    "keyed", "grid keys of two lengths", "keyed grid varied", "keyed grid counted",
+    "keyed grid ipv6", "keyed grid long topic", "keyed grid timestamps",
+    "keyed grid at the table's edge",
+}  # fmt: skip
 
 
 def _encode(encoder: object, batch: object, phys_offset: int) -> object:
@@ -143,13 +178,17 @@ def test_which_batches_the_encoders_refuse() -> None:
         "grid separator key",
         "grid oversized body",
         "grid empty body",
+        "keyed grid separator key",
+        "keyed grid empty body",
     }
     for name in ("timestamp past int64", "grid timestamp past int64"):
         raised = _encode(encode_plain_columns, BATCHES[name], 0)
         assert raised == ("raised", "record", "field_range")
 
 
-@pytest.mark.parametrize("name", ["grid keyless sizes", "grid keyed", "grid keyed ipv6"])
+@pytest.mark.parametrize(
+    "name", ["grid keyless sizes", "grid keyed", "grid keyed ipv6", "keyed grid ipv6"]
+)
 def test_the_grid_encodes_as_the_messages_with_an_ipv6_store_host(name: str) -> None:
     batch = BATCHES[name]
     args = (3, "AC1100010000ABCDEF0123456789", 5, T0 + 5, SMALL.max_message_size)
@@ -211,7 +250,8 @@ def test_put_plain_columns_writes_what_put_batch_writes(tmp_path: Path) -> None:
             "separator key", "empty body", "bytearray body", "oversized body",
             "timestamp past int64", "topic not encodable", "host not an address",
             "grid separator key", "grid oversized body", "grid empty body",
-            "grid timestamp past int64", "grid long topic",
+            "grid timestamp past int64", "grid long topic", "keyed grid separator key",
+            "keyed grid empty body", "keyed grid long topic",
         }  # fmt: skip
         assert rolled >= 1  # at least one batch went to the next segment after a blank
         assert by_columns.commit_log.max_offset > 2 * SMALL.commitlog_file_size
