@@ -12,7 +12,9 @@ TOTALSIZE chain, then one gather of all headers and vectorised framing checks, t
 decoded only where it changes), and the properties of the run are decoded and split at once
 (:func:`_properties_of_run`), or, for a keyless run (``UNIQ_KEY`` alone, one width: the
 Kafka produce path's records), read as one fixed-width byte column with no text made
-(:func:`_keyless`, ``key_column.py``). ``Columns.rows()`` gives the same records as plain
+(:func:`_keyless`, ``key_column.py``), and for a keyed run (``[TAGS] KEYS UNIQ_KEY``, ASCII,
+one key a record) split from the positions of its separator bytes, KEYS and UNIQ_KEYs as
+byte columns (``keyed_properties.py``). ``Columns.rows()`` gives the same records as plain
 tuples (:data:`Row`). The files come out byte for byte as from the
 request path (``test_store_fast_paths.py``, ``test_dispatch_scan.py``,
 ``test_dispatch_columns.py``).
@@ -38,6 +40,7 @@ from mqcore.store.delay_levels import SCHEDULE_TOPIC
 from mqcore.store.format import Blank, Corrupt, DispatchRequest, decode_dispatch
 from mqcore.store.hashing import java_string_hash
 from mqcore.store.key_column import FixedKeys
+from mqcore.store.keyed_properties import keyed_columns
 from mqcore.store.record_layout import (
     HEADER_SIZES,
     HOST_V6_FLAGS,
@@ -439,7 +442,7 @@ class _Run:
         lengths = self.ends - self.properties_pos
         width = int(lengths[0])
         if not width or not (lengths == width).all():
-            return None
+            return keyed_columns(*self.padded_properties(lengths))
         count = len(lengths)
         items = np.dtype((np.void, width))
         properties = np.ndarray((len(self.window) - width + 1,), items, self.window, 0, (1,))
@@ -448,11 +451,24 @@ class _Run:
             keyless = _keyless(gathered)
             if keyless is not None:
                 return keyless
+        keyed = keyed_columns(gathered, lengths)
+        if keyed is not None:
+            return keyed
         joined = np.empty((count, width + 1), np.uint8)
         joined[:, :width] = gathered
         joined[:, width] = _SEPARATOR
         ends = int(np.count_nonzero(joined[:, width - 1] == _SEPARATOR))
         return _properties_of_text(joined.reshape(-1)[:-1].tobytes(), count, ends)
+
+    def padded_properties(self, lengths: _Ints) -> tuple[_Grid, _Ints]:
+        """Each record's PROPERTIES as a row, zero past its ``lengths`` (for
+        ``keyed_properties``: runs of keys of several lengths), and ``lengths``."""
+        columns = np.arange(int(lengths.max()))
+        at = self.properties_pos[:, None] + columns
+        np.minimum(at, len(self.window) - 1, out=at)
+        grid = self.window[at]
+        grid[columns >= lengths[:, None]] = 0
+        return grid, lengths
 
     def topic_changes(self) -> list[int]:
         """The records whose topic is not the one before (always the first)."""

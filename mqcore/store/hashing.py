@@ -51,6 +51,7 @@ __all__ = [
     "index_hash_array",
     "index_hash_with_prefix",
     "index_hashes_of_grid",
+    "index_hashes_of_ragged",
     "index_hashes_with_prefix",
     "index_key_hash",
     "java_hash_u32",
@@ -268,6 +269,40 @@ def index_hashes_of_grid(prefix_hash: int, grid: npt.NDArray[np.uint8]) -> npt.N
     if not len(grid):
         return np.zeros(0, np.int64)
     return _grid_hashes([prefix_hash] * len(grid), grid).astype(np.int64)
+
+
+def index_hashes_of_ragged(
+    prefix_hash: int, grid: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """:func:`index_hashes_of_grid` for ASCII keys of several lengths, right-aligned in the
+    rows of ``grid`` and zero-padded on the left (``key_column.RaggedKeys``).
+
+    Horner's rule from 0 over a row gives hash(key) whatever zeros come first; the prefix
+    then adds ``prefix_hash * 31**len(key)``. One pass over the widest key's columns hashes
+    every length at once, where grouping by length (index_hash_array) cost ~0.3 us a key
+    for ``order-{i}`` keys of 7-10 characters (CI box).
+
+    Args:
+        prefix_hash: ``java_hash_u32`` of the keys' prefix (``topic#``).
+        grid: ``(count, width)`` uint8, every byte < 128 (not checked).
+        lengths: each key's length, ``1..width``.
+
+    Returns:
+        The index key hashes, one per row.
+    """
+    count, width = grid.shape
+    if not count:
+        return np.zeros(0, np.int64)
+    powers = np.array(_powers(width + 1)[: width + 1], np.uint32)  # 31**k mod 2**32
+    lanes = powers[lengths] * np.uint32(prefix_hash)
+    hashes = np.zeros(count, np.uint32)
+    for column in grid.T.astype(np.uint32):
+        hashes *= _THIRTY_ONE
+        hashes += column
+    lanes += hashes
+    negative = lanes >= _SIGN
+    lanes[negative] = (np.uint32(0) - lanes[negative]) & _ABS_MASK
+    return lanes.astype(np.int64)
 
 
 def _grid_hashes(

@@ -53,11 +53,12 @@ from mqcore.store.hashing import (
     index_hash_array,
     index_hash_with_prefix,
     index_hashes_of_grid,
+    index_hashes_of_ragged,
     index_hashes_with_prefix,
     java_string_hash,
 )
 from mqcore.store.index_file import IndexFile
-from mqcore.store.key_column import FixedKeys
+from mqcore.store.key_column import FixedKeys, RaggedKeys
 
 __all__ = [
     "DEFAULT_HASH_SLOTS",
@@ -146,6 +147,28 @@ def _any_rollback(sys_flags: Sequence[int] | index_bulk.Ints) -> bool:
     if isinstance(sys_flags, np.ndarray):
         return bool(((sys_flags & _ROLLBACK) == _ROLLBACK).any())
     return _ROLLBACK in set(map(_ROLLBACK.__and__, sys_flags))
+
+
+def _one_key_each(keys: Sequence[str | None]) -> bool:
+    """Whether ``keys`` is a byte column of reput's keyed runs (``keyed_properties.py``),
+    holding one non-empty key each (no space): told from the bytes, with no str made."""
+    if isinstance(keys, RaggedKeys):
+        empty = not len(keys) or int(keys.lengths.min()) < 1
+    elif isinstance(keys, FixedKeys):
+        empty = keys.width < 1
+    else:
+        return False
+    return not empty and not bool((keys.grid == ord(KEY_SEPARATOR)).any())
+
+
+def _hashes(prefix_hash: int, keys: Sequence[str]) -> index_bulk.Ints:
+    """The index hashes of ``keys`` of one topic: from their bytes when they are a byte
+    column (no str made), else ``index_hash_array``."""
+    if isinstance(keys, FixedKeys):
+        return index_hashes_of_grid(prefix_hash, keys.grid)
+    if isinstance(keys, RaggedKeys):
+        return index_hashes_of_ragged(prefix_hash, keys.grid, keys.lengths)
+    return index_hash_array(prefix_hash, keys)
 
 
 class _Indexable(NamedTuple):
@@ -453,6 +476,7 @@ class IndexService:
             or None in uniq_keys
             or (
                 not keyless
+                and not _one_key_each(keys)
                 and (
                     None in keys or "" in keys or KEY_SEPARATOR in "".join(keys)  # type: ignore[arg-type]  # None ruled out
                 )
@@ -485,8 +509,8 @@ class IndexService:
                 uniq_hashes = index_hash_array(prefix_hash, uniq_keys)  # type: ignore[arg-type]  # None ruled out above
             return self._write_hashes(f, uniq_hashes, phys_array, time_array, last_phys_offset)
         hashes = np.empty(2 * count, np.int64)
-        hashes[0::2] = index_hash_array(prefix_hash, uniq_keys)  # type: ignore[arg-type]
-        hashes[1::2] = index_hash_array(prefix_hash, keys)  # type: ignore[arg-type]
+        hashes[0::2] = _hashes(prefix_hash, uniq_keys)  # type: ignore[arg-type]
+        hashes[1::2] = _hashes(prefix_hash, keys)  # type: ignore[arg-type]
         return self._write_hashes(
             f, hashes, np.repeat(phys_array, 2), np.repeat(time_array, 2), last_phys_offset
         )

@@ -10,6 +10,10 @@ touches it again (``map(len, keys)`` over 20k such keys took ~130 ns a key).
 
 :class:`FixedKeys` is still a ``Sequence[str]``: anything else that reads it (the rows of a
 mixed run, tools, tests) gets the strings, made on first use, all at once.
+
+A keyed run's KEYS (``keyed_properties.py``) are a :class:`FixedKeys` when they all have
+one length (``order-000123``), else a :class:`RaggedKeys`: right-aligned rows with their
+lengths, hashed in one pass whatever the lengths (``hashing.index_hashes_of_ragged``).
 """
 
 from __future__ import annotations
@@ -89,3 +93,85 @@ class FixedKeys(Sequence[str]):
 
     def __repr__(self) -> str:
         return f"FixedKeys({len(self)} x {self.width})"
+
+
+class RaggedKeys(Sequence[str]):
+    """Keys of several lengths (reput's keyed runs: ``order-9``, ``order-10``), as the rows of
+    ``grid`` right-aligned and zero-padded on the left, with each key's length: Java's hash
+    is Horner's rule, so the zeros before a key add nothing to a hash started at 0
+    (``hashing.index_hashes_of_ragged``), and one pass over the columns hashes every
+    length at once. ASCII, no \\x01, \\x02 or space (the caller checks). Immutable."""
+
+    __slots__ = ("grid", "lengths", "_strings")
+
+    def __init__(self, grid: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) -> None:
+        self.grid = grid
+        self.lengths = lengths
+        self._strings: list[str] | None = None
+
+    @staticmethod
+    def concatenate(parts: Sequence[FixedKeys | RaggedKeys]) -> RaggedKeys:
+        """The keys of ``parts`` in order, as one column (each right-aligned again to the
+        widest)."""
+        width = max(int(part.grid.shape[1]) for part in parts)
+        grids = []
+        lengths = []
+        for part in parts:
+            grid = part.grid
+            pad = width - grid.shape[1]
+            if pad:
+                grid = np.concatenate((np.zeros((len(grid), pad), np.uint8), grid), axis=1)
+            grids.append(grid)
+            if isinstance(part, RaggedKeys):
+                lengths.append(part.lengths)
+            else:
+                lengths.append(np.full(len(grid), part.width, np.int64))
+        return RaggedKeys(np.concatenate(grids), np.concatenate(lengths))
+
+    def strings(self) -> list[str]:
+        """The keys as ``str`` (made once: the key bytes, each followed by \\x02, picked out
+        with one mask, decoded and split once)."""
+        if self._strings is None:
+            count, width = self.grid.shape
+            joined = np.empty((count, width + 1), np.uint8)
+            joined[:, :width] = self.grid
+            joined[:, width] = _JOINER
+            keep = np.ones((count, width + 1), np.bool_)
+            keep[:, :width] = np.arange(width) >= (width - self.lengths)[:, None]
+            self._strings = joined[keep].tobytes().decode("ascii").split("\x02")[:count]
+        return self._strings
+
+    def __len__(self) -> int:
+        return len(self.grid)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if isinstance(index, slice):
+            return RaggedKeys(self.grid[index], self.lengths[index])
+        return self.strings()[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.strings())
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        return value in self.strings()
+
+    def count(self, value: object) -> int:
+        if not isinstance(value, str):
+            return 0
+        return self.strings().count(value)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RaggedKeys | FixedKeys | list | tuple):
+            return list(other) == self.strings()
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-like, as a list
+
+    def __repr__(self) -> str:
+        return f"RaggedKeys({len(self)} up to {self.grid.shape[1]})"

@@ -6,7 +6,8 @@ from the record headers as arrays, the ConsumeQueue packs them as one record arr
 (``ConsumeQueue.put_run``) and the index takes them as they are (``index_bulk.py``). The
 lists these replaced cost ~10 ns a field a record to make (``tolist``) and ~30 ns a field a
 record to pack again. Topics are kept as the stretches of one topic (a batch is usually one
-stretch), and a keyless run's UNIQ_KEYs as one byte grid (``key_column.FixedKeys``).
+stretch), and a keyless run's UNIQ_KEYs as one byte grid (``key_column.FixedKeys``), a keyed
+run's KEYS as one too (``FixedKeys`` or ``RaggedKeys``, ``keyed_properties.py``).
 
 Internally a batch is a list of parts (one per run the scan framed, or per record it
 walked one by one), concatenated on first read.
@@ -21,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from mqcore.store.key_column import FixedKeys
+from mqcore.store.key_column import FixedKeys, RaggedKeys
 
 type Ints = npt.NDArray[np.int64]
 type Keys = Sequence[str | None]
@@ -98,7 +99,7 @@ class Columns:
         whole = _Part(
             np.concatenate([part.numbers for part in parts], axis=1),
             changes,
-            list(chain.from_iterable(part.keys for part in parts)),
+            _concatenate_keys([part.keys for part in parts]),
             _concatenate_keys(uniq),
         )
         self._parts = [whole]
@@ -199,10 +200,13 @@ class Columns:
 
 
 def _concatenate_keys(parts: list[Keys]) -> Keys:
-    """One key column of ``parts``: a ``FixedKeys`` if they all are, of one width."""
+    """One key column of ``parts``: a ``FixedKeys`` if they all are, of one width; a
+    ``RaggedKeys`` if they are all byte columns (keyed runs); else a list."""
     first = parts[0]
     if isinstance(first, FixedKeys) and all(
         isinstance(part, FixedKeys) and part.width == first.width for part in parts
     ):
         return FixedKeys.concatenate(parts)  # type: ignore[arg-type]  # all FixedKeys
+    if all(isinstance(part, FixedKeys | RaggedKeys) for part in parts):
+        return RaggedKeys.concatenate(parts)  # type: ignore[arg-type]  # all byte columns
     return list(chain.from_iterable(parts))

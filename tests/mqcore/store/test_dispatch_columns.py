@@ -30,7 +30,7 @@ from mqcore.store.dispatch_scan import (
     scan_columns,
 )
 from mqcore.store.format import DispatchRequest
-from mqcore.store.key_column import FixedKeys
+from mqcore.store.key_column import FixedKeys, RaggedKeys
 from mqcore.store.msgid import HostAddress
 
 T0 = 1_700_000_000_000
@@ -359,6 +359,61 @@ def test_joined_properties_of_a_keyless_run() -> None:
     empty = [b"UNIQ_KEY\x01\x02"] * 3  # empty values: never a fixed-width column
     columns = joined(empty)
     assert columns is None or not isinstance(columns[2], FixedKeys)
+
+
+def keyed(keys: str, uniq: str, tags: str | None = None) -> bytes:
+    text = f"KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}\x02"
+    return (text if tags is None else f"TAGS\x01{tags}\x02{text}").encode()
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+@pytest.mark.parametrize("key_format", ["order-{}", "order-{:06d}"])
+def test_joined_properties_of_a_keyed_run(tagged: bool, key_format: str) -> None:
+    """A keyed run (``[TAGS] KEYS UNIQ_KEY``, UNIQ_KEYs of one width) is read as byte
+    columns (``keyed_properties.py``): KEYS of one length as a ``FixedKeys``, of several as
+    a ``RaggedKeys``. A run with any record the byte columns cannot take (non-ASCII, a
+    space, a separator in a value, an empty value, another layout or UNIQ_KEY width, no
+    trailing separator) parses as the text pass or record by record would."""
+    tags = ["TagA", "TagBB", "T"] if tagged else [None]
+    usual = [
+        keyed(key_format.format(i * 37), f"C0A8000100002A9F{i:016X}", tags[i % len(tags)])
+        for i in range(60)
+    ]
+    columns = joined(usual)
+    assert columns is not None
+    kind = FixedKeys if key_format.endswith("d}") else RaggedKeys
+    assert isinstance(columns[1], kind)
+    assert isinstance(columns[2], FixedKeys)
+    assert list(zip(*columns, strict=True)) == [_properties_of(raw) for raw in usual]
+    uniq = "C0A8000100002A9F" + "F" * 16
+    tag = tags[0]
+    odd_ones = [
+        keyed("ключ", uniq, tag),  # not ASCII
+        keyed("a b", uniq, tag),  # two keys
+        keyed(" a", uniq, tag),  # an empty key, then one
+        keyed("a\x01b", uniq, tag),  # \x01 in the value: the text path keeps it
+        keyed("a", uniq + "\x01", tag),
+        keyed("", uniq, tag),  # empty KEYS
+        keyed("a", "", tag),  # empty UNIQ_KEY
+        keyed("a", uniq + "0", tag),  # another UNIQ_KEY width
+        keyed("a", uniq, "TagA" if tag is None else None),  # the other layout
+        keyed("a", uniq, tag)[:-1] + b"0",  # no trailing separator
+        keyed("a", uniq, tag).replace(b"KEYS", b"KEYX"),
+        keyed("a", uniq, tag).replace(b"UNIQ_KEY", b"UNIQ_KEX"),
+        keyed("a", uniq, tag) + keyed("b", uniq),  # a pair twice: the last wins
+        keyless(uniq),
+        b"\xff" + keyed("a", uniq, tag),  # not UTF-8
+    ]
+    if tag is not None:
+        odd_ones.append(keyed("a", uniq, "x y"))  # a space in TAGS only: still one key
+    for odd in odd_ones:
+        for at in (0, 17, len(usual)):
+            run = [*usual[:at], odd, *usual[at:]]
+            columns = joined(run)
+            expected = [_properties_of(raw) for raw in run]
+            if columns is not None:
+                assert list(zip(*columns, strict=True)) == expected, odd
+            assert list(zip(*_properties_of_run(run), strict=True)) == expected
 
 
 def test_columns_merge_and_slice_as_rows() -> None:

@@ -15,6 +15,7 @@ from mqcore.store.hashing import (
     ascii_hash_u32,
     index_hash_array,
     index_hash_with_prefix,
+    index_hashes_of_ragged,
     index_hashes_with_prefix,
     index_key_hash,
     java_hash_u32,
@@ -227,3 +228,23 @@ def test_index_hash_array_matches_one_by_one() -> None:
         hashes = index_hash_array(prefix, keys)
         assert hashes.dtype == np.int64
         assert hashes.tolist() == expected
+
+
+def test_index_hashes_of_ragged_match_one_by_one() -> None:
+    """Keys of several lengths right-aligned in one zero-padded grid (reput's keyed runs):
+    the values of one by one, for keys of 1 to 300 bytes, a key that starts with \x00,
+    Integer.MIN_VALUE, and an empty grid."""
+    prefix = reference_hash("TopicTest#") & 0xFFFFFFFF
+    rng = random.Random(9)
+    keys = [f"order-{i}" for i in range(0, 100_000, 997)]
+    keys += ["a", "\x00b", "z" * 300, _min_value_key("TopicTest#")]
+    keys += ["".join(rng.choices("ab-_9", k=rng.randrange(1, 40))) for _ in range(100)]
+    width = max(map(len, keys))
+    grid = np.zeros((len(keys), width), np.uint8)
+    for row, key in enumerate(keys):
+        grid[row, width - len(key) :] = np.frombuffer(key.encode("ascii"), np.uint8)
+    lengths = np.array(list(map(len, keys)), np.int64)
+    hashes = index_hashes_of_ragged(prefix, grid, lengths)
+    assert hashes.dtype == np.int64
+    assert hashes.tolist() == [index_key_hash(f"TopicTest#{k}") for k in keys]
+    assert index_hashes_of_ragged(prefix, grid[:0], lengths[:0]).tolist() == []

@@ -249,9 +249,11 @@ def kafka_runs(seed: int, count: int) -> list[tuple[str, int, list[Message]]]:
     return out
 
 
-def test_column_path_on_kafka_runs_writes_the_files_of_one_by_one_dispatch(
-    tmp_path: Path,
+def assert_column_path_writes_the_reference_files(
+    tmp_path: Path, runs: list[tuple[str, int, list[Message]]]
 ) -> None:
+    """Put ``runs`` into a store dispatching by columns (reput's path) and into one
+    dispatching one by one, reputting now and then: same derived files."""
     stores = {}
     for name in ("columns", "single"):
         clock = FakeClock(T0)
@@ -261,7 +263,7 @@ def test_column_path_on_kafka_runs_writes_the_files_of_one_by_one_dispatch(
         arrivals: list[object] = []
         store.add_arrivals_listener(arrivals.append)
         rng = random.Random(3)
-        for _, queue_id, batch in kafka_runs(5, 30_000):
+        for _, queue_id, batch in runs:
             store.put_messages(batch, queue_id)
             clock.advance(rng.choice([0, 1, 1500]))
             if rng.random() < 0.3:
@@ -272,3 +274,61 @@ def test_column_path_on_kafka_runs_writes_the_files_of_one_by_one_dispatch(
     assert len(columns.index.files) > 10
     assert columns.checkpoint.logics_msg_timestamp == single.checkpoint.logics_msg_timestamp
     assert_same_derived_files(stores, tmp_path / "columns", tmp_path / "single")
+
+
+def test_column_path_on_kafka_runs_writes_the_files_of_one_by_one_dispatch(
+    tmp_path: Path,
+) -> None:
+    assert_column_path_writes_the_reference_files(tmp_path, kafka_runs(5, 30_000))
+
+
+def keyed_runs(
+    seed: int, count: int, kinds: tuple[str, ...], tagged_share: float
+) -> list[tuple[str, int, list[Message]]]:
+    """Keyed runs (``[TAGS] KEYS UNIQ_KEY``, read as byte columns by
+    ``keyed_properties``) with keys of one length and of several, with and without TAGS,
+    and between them keyless runs, and runs with a non-ASCII key, two keys in one KEYS,
+    a \\x01 in a key, or keyed and keyless records mixed (``kinds``: var, fixed,
+    keyless, odd, mixed; ``tagged_share``: the share of batches with TAGS)."""
+    rng = random.Random(seed)
+    out: list[tuple[str, int, list[Message]]] = []
+    i = 0
+    while i < count:
+        kind = rng.choice(kinds)
+        tagged = rng.random() < tagged_share
+        size = rng.choice([1, 40, 300, 700])
+        topic = rng.choice(["orders", "orders", "payments"])
+        batch = []
+        for n in range(size):
+            extra: dict[str, Any] = {}
+            if tagged:
+                extra["tags"] = rng.choice(["TagA", "TagBB"])
+            if kind == "var":
+                extra["keys"] = f"order-{i + n}"
+            elif kind == "fixed":
+                extra["keys"] = f"order-{i + n:06d}"
+            elif kind == "odd" and n == size // 2:
+                extra["keys"] = rng.choice(["ключ-1", "a b", "a\x01b", "x" * 300])
+            elif kind == "odd" or (kind == "mixed" and n % 3):
+                extra["keys"] = f"k{i + n}"
+            batch.append(Message(topic, rng.randbytes(rng.choice([10, 100])), **extra))
+        i += size
+        out.append((topic, rng.choice([0, 0, 0, 1]), batch))
+    return out
+
+
+def test_column_path_on_keyed_runs_writes_the_files_of_one_by_one_dispatch(
+    tmp_path: Path,
+) -> None:
+    kinds = ("var", "var", "fixed", "fixed", "keyless", "odd", "mixed")
+    assert_column_path_writes_the_reference_files(tmp_path, keyed_runs(6, 30_000, kinds, 0.4))
+
+
+def test_column_path_on_keyed_runs_with_odd_keys_writes_the_reference_files(
+    tmp_path: Path,
+) -> None:
+    """Keyed runs with no TAGS and no keyless record: the scan's runs (up to 2048 records,
+    across put batches) are all in one layout, so the odd keys (two keys in one KEYS,
+    non-ASCII, \\x01) meet the byte-column checks themselves."""
+    kinds = ("var", "fixed", "odd")
+    assert_column_path_writes_the_reference_files(tmp_path, keyed_runs(7, 30_000, kinds, 0.0))
