@@ -209,12 +209,39 @@ def test_what_arrays_cannot_hold_is_left_to_the_loop() -> None:
     assert _columns(nine_bytes, 2) == _loop(nine_bytes, 2) is not None
 
 
+# UTF-8 split between two keys (b"\xd0" b"\xba" is "к"): the columns decode the keys
+# joined, and must still refuse each piece that is not UTF-8 by itself.
+_key_fragments = [b"\xd0", b"\xba", b"\xe2\x82", b"\xac", "€".encode(), b"\xed\xa0\x80"]
 _plain_record = st.tuples(
     st.sampled_from([0, 1, -1, 63, 64, -65, 8191, 2**20, -(2**35), 2**55, -(2**61)]),
-    st.none() | st.sampled_from([b"k", b"order-7", "ключ".encode()]),
+    st.none()
+    | st.sampled_from([b"k", b"order-7", "ключ".encode(), *_key_fragments])
+    | st.binary(min_size=1, max_size=12),
     st.binary(min_size=1, max_size=200),
     st.just(()),
 )
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [b"\xd0", b"\xba"],  # "к" cut in two
+        [b"order-1", b"\xe2\x82", b"\xac"],  # "€" cut in two
+        [b"\xe2\x82\xac", b"\xd0\xba"],
+        [b"a", None, b"bb", None],
+        [None, b"a b"],  # a space in a key
+        [b"a", b" "],
+        [b"a", b"\x02"],
+        [b"\x01", b"a"],
+        [b"k" * 300, b"k"],
+    ],
+)
+def test_keys_decode_as_the_loop_decodes_them(keys: list[bytes | None]) -> None:
+    records = [(i, BASE_TS, k, b"v", ()) for i, k in enumerate(keys)]
+    section = encode_records(records, BASE_TS)
+    assert _columns(section, len(keys)) == _loop(section, len(keys))
+
+
 _odd_record = st.sampled_from(
     [
         (0, b"k", b"v", (("h", b"x"),)),  # headers
