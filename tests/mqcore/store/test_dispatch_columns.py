@@ -278,13 +278,16 @@ def test_stretches_of_one_size_walk_as_iter_dispatch_does(
                 start = reached
 
 
-def test_one_size_stretch_cut_by_the_limit_anywhere(tmp_path: Path) -> None:
+@pytest.mark.parametrize("key_format", ["K{:06d}", "K{}"])
+def test_one_size_stretch_cut_by_the_limit_anywhere(tmp_path: Path, key_format: str) -> None:
     """The guessed stride never walks past ``stop`` or ``limit``, wherever they fall: the
-    columns end where the record-at-a-time walk ends."""
+    columns end where the record-at-a-time walk ends. ``K{}``: stretches of 10, 90, 900
+    and 200 records of four sizes, each guessed in turn."""
     with MessageStore(tmp_path, CONFIG, clock=FakeClock(T0)) as store:
         store.add_listener(lambda r: None)
         for i in range(1200):
-            store.put_message(Message("orders", b"x" * 40, tags="TagA", keys=f"K{i:06d}"))
+            keys = key_format.format(i)
+            store.put_message(Message("orders", b"x" * 40, tags="TagA", keys=keys))
         log = store.commit_log
         segment = log.segments.find(0)
         assert segment is not None
