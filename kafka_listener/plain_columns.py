@@ -60,6 +60,8 @@ _MAX_RUN = 1 << 16
 _SHORT_RUN = 8
 _MAX_MISSES = 4
 _SPACE = ord(" ")  # _keys' separator
+_KEYS_OPEN, _PAIR_END = "KEYS\x01", "\x02"  # a KEYS property pair: KEYS \x01 key \x02
+_KEYS_GLUE = _PAIR_END + _KEYS_OPEN
 
 
 def plain_columns(
@@ -116,10 +118,11 @@ def plain_columns(
     bodies = cut(buf, value_at, value_end - value_at)
     if keyless:  # the usual batch: no key to decode
         return PlainColumns(topic, bodies, [""] * count, timestamps, born_host)
-    keys = _keys(data, key_at, key_end)
-    if keys is None:
+    found = _keys(data, key_at, key_end)
+    if found is None:
         return None
-    return PlainColumns(topic, bodies, keys, timestamps, born_host)
+    keys, pairs = found
+    return PlainColumns(topic, bodies, keys, timestamps, born_host, pairs)
 
 
 def _record_starts(buf: bytes, data: npt.NDArray[np.uint8], count: int) -> I64s | None:
@@ -225,9 +228,12 @@ def _varints(
     return value, at + size, ~going & (at < end)
 
 
-def _keys(data: npt.NDArray[np.uint8], key_at: I64s, key_end: I64s) -> list[str] | None:
-    """Each record's text key (``key_at`` -1: null, ""); None when a key is not UTF-8 or
-    holds a space or a property separator (not plain).
+def _keys(
+    data: npt.NDArray[np.uint8], key_at: I64s, key_end: I64s
+) -> tuple[list[str], tuple[bytes, I64s] | None] | None:
+    """Each record's text key (``key_at`` -1: null, "") and, when every key is there and
+    ASCII, their ``PlainColumns.key_pairs`` (made from the text with one ``replace``); None
+    when a key is not UTF-8 or holds a space or a property separator (not plain).
 
     The keys are gathered into one buffer, a space after each but the last (a space in a
     key declines the batch anyway, so one more piece than records tells it), decoded once
@@ -251,4 +257,9 @@ def _keys(data: npt.NDArray[np.uint8], key_at: I64s, key_end: I64s) -> list[str]
     if "\x01" in text or "\x02" in text:
         return None
     keys = text.split(" ")
-    return keys if len(keys) == count else None
+    if len(keys) != count:
+        return None
+    if (key_at < 0).any() or not text.isascii():
+        return keys, None
+    pairs = f"{_KEYS_OPEN}{text.replace(' ', _KEYS_GLUE)}{_PAIR_END}".encode("ascii")
+    return keys, (pairs, lengths)

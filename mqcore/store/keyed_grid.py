@@ -77,7 +77,7 @@ def encode_keyed_grid(
         bodies: at least two.
         body_lengths, body_crcs, born_timestamps: one per body (CRCs already masked).
         pairs, key_lengths: :func:`key_pairs` of the keys (one per body, not empty, ASCII,
-            without the pair separator ``\\x02``).
+            without the pair separator ``\\x02``; ``PlainColumns.key_pairs``).
         header: the batch's header template (``ENCODE_HEADERS[variant].pack(...)`` with its
             constant fields set; the varying ones are overwritten).
         topic_field: TOPICLENGTH + TOPIC.

@@ -185,6 +185,15 @@ def _columns(section: bytes, count: int, base: int = BASE_TS) -> object:
         return found
     assert isinstance(found, PlainColumns)
     assert len(found) == count
+    known = found.known_key_pairs  # the decoder's, as the columns would work it out
+    worked_out = PlainColumns(found.topic, found.bodies, found.keys, found.born_timestamps)
+    if known is None:
+        assert worked_out.key_pairs() is None
+    else:
+        pairs, lengths = known
+        assert worked_out.key_pairs() is not None
+        assert pairs == worked_out.key_pairs()[0]  # type: ignore[index]
+        assert lengths.tolist() == worked_out.key_pairs()[1].tolist()  # type: ignore[index]
     return [_fields(m) for m in found.to_messages()]
 
 

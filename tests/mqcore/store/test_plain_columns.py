@@ -16,6 +16,7 @@ from mqcore.clock import FakeClock
 from mqcore.errors import MessageIllegalError, ValidationError
 from mqcore.message import Message
 from mqcore.store import MessageStore
+from mqcore.store.keyed_grid import key_pairs
 from mqcore.store.msgid import HostAddress, UniqKeyGenerator
 from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
 from mqcore.store.plain_grid import MIN_GRID_RECORDS
@@ -110,6 +111,9 @@ def keyed_grid_batches(rng: random.Random, bodies: list[bytes]) -> dict[str, Pla
     return {
         "keyed grid varied": columns(bodies, varied),
         "keyed grid counted": columns(bodies, counted),
+        "keyed grid known pairs": PlainColumns(  # as the Kafka decoder gives them
+            "T", bodies, counted, [T0] * n, HOST, key_pairs(counted)
+        ),
         "keyed grid ipv6": columns(bodies, counted, born_host=v6),
         "keyed grid long topic": columns(bodies, varied, topic="t" * 200),  # V2
         "keyed grid timestamps": columns(
@@ -127,6 +131,7 @@ def keyed_grid_batches(rng: random.Random, bodies: list[bytes]) -> dict[str, Pla
 BATCHES = batches()
 GRID_TAKEN = {"grid keyless sizes", "grid keyed", "grid keyed ipv6", "grid timestamps", "grid long topic", "keyless"} | {
     "keyed", "grid keys of two lengths", "keyed grid varied", "keyed grid counted",
+    "keyed grid known pairs",
     "keyed grid ipv6", "keyed grid long topic", "keyed grid timestamps",
     "keyed grid at the table's edge",
 }  # fmt: skip
