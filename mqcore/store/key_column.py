@@ -27,9 +27,10 @@ import numpy.typing as npt
 _JOINER = 2  # \x02: no key of a FixedKeys holds it (the scan checks)
 
 
-class FixedKeys(Sequence[str]):
-    """Keys of one width, as the rows of ``grid`` (ASCII, no \\x01 or \\x02: the caller
-    checks). Immutable."""
+class _KeyGrid(Sequence[str]):
+    """What both key columns share: a ``Sequence[str]`` whose strings are made on first
+    use, all at once (:meth:`_make_strings`), and whose slices stay columns (:meth:`_rows`).
+    ``in`` and ``count`` of a non-string (``None in uniq_keys``) need no strings."""
 
     __slots__ = ("grid", "_strings")
 
@@ -37,24 +38,16 @@ class FixedKeys(Sequence[str]):
         self.grid = grid
         self._strings: list[str] | None = None
 
-    @staticmethod
-    def concatenate(parts: Sequence[FixedKeys]) -> FixedKeys:
-        """The keys of ``parts`` (all of one width) in order, as one column."""
-        return FixedKeys(np.concatenate([part.grid for part in parts]))
+    def _make_strings(self) -> list[str]:
+        raise NotImplementedError
 
-    @property
-    def width(self) -> int:
-        """The length of every key."""
-        return int(self.grid.shape[1])
+    def _rows(self, index: slice) -> Sequence[str]:
+        raise NotImplementedError
 
     def strings(self) -> list[str]:
-        """The keys as ``str`` (made once: one decode and one split for the column)."""
+        """The keys as ``str``, made once."""
         if self._strings is None:
-            count, width = self.grid.shape
-            joined = np.empty((count, width + 1), np.uint8)
-            joined[:, :width] = self.grid
-            joined[:, width] = _JOINER
-            self._strings = joined.tobytes().decode("ascii").split("\x02")[:count]
+            self._strings = self._make_strings()
         return self._strings
 
     def __len__(self) -> int:
@@ -66,7 +59,7 @@ class FixedKeys(Sequence[str]):
     def __getitem__(self, index: slice) -> Sequence[str]: ...
     def __getitem__(self, index: int | slice) -> str | Sequence[str]:
         if isinstance(index, slice):
-            return FixedKeys(self.grid[index])
+            return self._rows(index)
         return self.strings()[index]
 
     def __iter__(self) -> Iterator[str]:
@@ -74,7 +67,7 @@ class FixedKeys(Sequence[str]):
 
     def __contains__(self, value: object) -> bool:
         if not isinstance(value, str):
-            return False  # None above all: "None in uniq_keys" needs no strings
+            return False
         return value in self.strings()
 
     def count(self, value: object) -> int:
@@ -83,31 +76,61 @@ class FixedKeys(Sequence[str]):
         return self.strings().count(value)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, FixedKeys):
-            return bool(np.array_equal(self.grid, other.grid))
-        if isinstance(other, list | tuple):
+        if isinstance(other, _KeyGrid | list | tuple):
             return list(other) == self.strings()
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # mutable-like, as a list
 
+
+class FixedKeys(_KeyGrid):
+    """Keys of one width, as the rows of ``grid`` (ASCII, no \x01 or \x02: the caller
+    checks). Immutable."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def concatenate(parts: Sequence[FixedKeys]) -> FixedKeys:
+        """The keys of ``parts`` (all of one width) in order, as one column."""
+        return FixedKeys(np.concatenate([part.grid for part in parts]))
+
+    @property
+    def width(self) -> int:
+        """The length of every key."""
+        return int(self.grid.shape[1])
+
+    def _make_strings(self) -> list[str]:
+        # One decode and one split for the column.
+        count, width = self.grid.shape
+        joined = np.empty((count, width + 1), np.uint8)
+        joined[:, :width] = self.grid
+        joined[:, width] = _JOINER
+        return joined.tobytes().decode("ascii").split("\x02")[:count]
+
+    def _rows(self, index: slice) -> FixedKeys:
+        return FixedKeys(self.grid[index])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FixedKeys):
+            return bool(np.array_equal(self.grid, other.grid))
+        return super().__eq__(other)
+
     def __repr__(self) -> str:
         return f"FixedKeys({len(self)} x {self.width})"
 
 
-class RaggedKeys(Sequence[str]):
+class RaggedKeys(_KeyGrid):
     """Keys of several lengths (reput's keyed runs: ``order-9``, ``order-10``), as the rows of
     ``grid`` right-aligned and zero-padded on the left, with each key's length: Java's hash
     is Horner's rule, so the zeros before a key add nothing to a hash started at 0
     (``hashing.index_hashes_of_ragged``), and one pass over the columns hashes every
-    length at once. ASCII, no \\x01, \\x02 or space (the caller checks). Immutable."""
+    length at once. ASCII, no \x01, \x02 or space (the caller checks). Immutable."""
 
-    __slots__ = ("grid", "lengths", "_strings")
+    __slots__ = ("lengths",)
 
     def __init__(self, grid: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) -> None:
-        self.grid = grid
+        super().__init__(grid)
         self.lengths = lengths
-        self._strings: list[str] | None = None
 
     @staticmethod
     def concatenate(parts: Sequence[FixedKeys | RaggedKeys]) -> RaggedKeys:
@@ -128,50 +151,19 @@ class RaggedKeys(Sequence[str]):
                 lengths.append(np.full(len(grid), part.width, np.int64))
         return RaggedKeys(np.concatenate(grids), np.concatenate(lengths))
 
-    def strings(self) -> list[str]:
-        """The keys as ``str`` (made once: the key bytes, each followed by \\x02, picked out
-        with one mask, decoded and split once)."""
-        if self._strings is None:
-            count, width = self.grid.shape
-            joined = np.empty((count, width + 1), np.uint8)
-            joined[:, :width] = self.grid
-            joined[:, width] = _JOINER
-            keep = np.ones((count, width + 1), np.bool_)
-            keep[:, :width] = np.arange(width) >= (width - self.lengths)[:, None]
-            self._strings = joined[keep].tobytes().decode("ascii").split("\x02")[:count]
-        return self._strings
+    def _make_strings(self) -> list[str]:
+        # The key bytes, each followed by \x02, picked out with one mask, decoded and
+        # split once.
+        count, width = self.grid.shape
+        joined = np.empty((count, width + 1), np.uint8)
+        joined[:, :width] = self.grid
+        joined[:, width] = _JOINER
+        keep = np.ones((count, width + 1), np.bool_)
+        keep[:, :width] = np.arange(width) >= (width - self.lengths)[:, None]
+        return joined[keep].tobytes().decode("ascii").split("\x02")[:count]
 
-    def __len__(self) -> int:
-        return len(self.grid)
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[str]: ...
-    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
-        if isinstance(index, slice):
-            return RaggedKeys(self.grid[index], self.lengths[index])
-        return self.strings()[index]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.strings())
-
-    def __contains__(self, value: object) -> bool:
-        if not isinstance(value, str):
-            return False
-        return value in self.strings()
-
-    def count(self, value: object) -> int:
-        if not isinstance(value, str):
-            return 0
-        return self.strings().count(value)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, RaggedKeys | FixedKeys | list | tuple):
-            return list(other) == self.strings()
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable-like, as a list
+    def _rows(self, index: slice) -> RaggedKeys:
+        return RaggedKeys(self.grid[index], self.lengths[index])
 
     def __repr__(self) -> str:
         return f"RaggedKeys({len(self)} up to {self.grid.shape[1]})"
