@@ -48,6 +48,7 @@ from mqcore.store.plain_grid import (
     hex4_grid,
     properties_size,
     row_dtype,
+    write_headers,
 )
 from mqcore.store.record_layout import PROPERTIES_LENGTH
 
@@ -120,17 +121,11 @@ def encode_keyed_grid(
     at = np.arange(width, width * (count + 1), width) + pads
     grid.reshape(-1)[at[:, None] + np.arange(prefix_size)] = prefixes
     # The headers (rows 0..count-1), as plain_grid writes them.
-    sizes = body_lengths + tail_sizes + header_size
-    ends = np.cumsum(sizes)
-    ends += phys_offset
-    starts = ends - sizes
     rows = grid[:count].view(row_dtype(header_size, width, width - header_size)).reshape(count)
-    rows["total"] = sizes
-    rows["crc"] = body_crcs
-    rows["queue_offset"] = np.arange(queue_offset, queue_offset + count, dtype=np.int64)
-    rows["phys_offset"] = starts
-    rows["born"] = born_timestamps
-    rows["body_length"] = body_lengths
+    starts, end = write_headers(
+        rows, body_lengths + tail_sizes + header_size, body_lengths, body_crcs,
+        born_timestamps, phys_offset, queue_offset,
+    )  # fmt: skip
     # The pieces: row 0's header, then each row from its tail's start (the next header
     # included, but for the last row, which has none).
     piece_starts = np.empty(count + 1, np.int64)
@@ -143,7 +138,7 @@ def encode_keyed_grid(
     parts: list[bytes] = [b""] * (2 * count + 1)
     parts[0::2] = cut(grid.tobytes(), piece_starts, piece_lengths)
     parts[1::2] = bodies
-    return parts, starts.tolist(), int(ends[-1])
+    return parts, starts.tolist(), end
 
 
 def key_pairs(keys: Sequence[str]) -> tuple[bytes, I64s]:

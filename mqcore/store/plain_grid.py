@@ -161,18 +161,37 @@ def encode_grid(
     counters = (np.arange(uniq_first, uniq_first + count, dtype=np.int64)) & 0xFFFF
     hex_at = row_size - len(PAIR_END) - HEX_DIGITS
     grid[:, hex_at : row_size - len(PAIR_END)] = hex4_grid()[counters]
-    sizes = body_lengths + row_size
-    ends = np.cumsum(sizes)
-    ends += phys_offset
-    starts = ends - sizes
     rows = grid.view(row_dtype(header_size, row_size)).reshape(count)
-    rows["total"] = sizes
-    rows["crc"] = body_crcs
-    rows["queue_offset"] = np.arange(queue_offset, queue_offset + count, dtype=np.int64)
-    rows["phys_offset"] = starts
-    rows["born"] = born_timestamps
-    rows["body_length"] = body_lengths
+    starts, end = write_headers(
+        rows, body_lengths + row_size, body_lengths, body_crcs, born_timestamps,
+        phys_offset, queue_offset,
+    )  # fmt: skip
     parts: list[bytes] = [b""] * (2 * count + 1)
     parts[0::2] = _cuts(header_size, row_size, count).unpack(grid.tobytes())
     parts[1::2] = bodies
-    return parts, starts.tolist(), int(ends[-1])
+    return parts, starts.tolist(), end
+
+
+def write_headers(
+    rows: npt.NDArray[np.void],
+    sizes: I64s,
+    body_lengths: I64s,
+    body_crcs: I64s,
+    born_timestamps: I64s,
+    phys_offset: int,
+    queue_offset: int,
+) -> tuple[I64s, int]:
+    """The varying header fields of consecutive records through ``rows`` (a
+    :func:`row_dtype` view of their header bytes): TOTALSIZE ``sizes``, BODYCRC,
+    QUEUEOFFSET from ``queue_offset``, PHYSICALOFFSET from ``phys_offset``,
+    BORNTIMESTAMP, BODYLENGTH. Returns each record's position and the end position."""
+    ends = np.cumsum(sizes)
+    ends += phys_offset
+    starts = ends - sizes
+    rows["total"] = sizes
+    rows["crc"] = body_crcs
+    rows["queue_offset"] = np.arange(queue_offset, queue_offset + len(sizes), dtype=np.int64)
+    rows["phys_offset"] = starts
+    rows["born"] = born_timestamps
+    rows["body_length"] = body_lengths
+    return starts, int(ends[-1])
