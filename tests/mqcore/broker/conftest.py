@@ -3,6 +3,7 @@ a FakeClock, and inline dispatch so that a pull right after a send sees the mess
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ SMALL_STORE = StoreConfig(
     index_hash_slots=64,
     index_max_entries=256,
 )
+#: SMALL_STORE with bodies of at most 100 bytes: the tests of the body-size rules.
+SMALL_BODIES_STORE = dataclasses.replace(SMALL_STORE, max_message_size=100)
 
 BrokerFactory = Callable[..., Broker]
 

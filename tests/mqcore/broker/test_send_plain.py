@@ -14,10 +14,9 @@ from mqcore.broker import (
 )
 from mqcore.errors import MessageIllegalError, NotFoundError, ValidationError
 from mqcore.message import Message, MessageExt
-from mqcore.store.config import StoreConfig
 from mqcore.store.msgid import HostAddress
 from mqcore.store.properties import PROPERTY_UNIQ_KEY
-from tests.mqcore.broker.conftest import SMALL_STORE, BrokerFactory
+from tests.mqcore.broker.conftest import SMALL_BODIES_STORE, BrokerFactory
 
 HOST = HostAddress("10.1.2.3", 5555)
 
@@ -115,13 +114,7 @@ def test_no_messages(broker: Broker) -> None:
 
 
 def test_body_rules_name_the_batch_position(make_broker: BrokerFactory) -> None:
-    store_config = StoreConfig(
-        commitlog_file_size=SMALL_STORE.commitlog_file_size,
-        consume_queue_file_entries=32,
-        index_hash_slots=64,
-        index_max_entries=256,
-        max_message_size=100,
-    )
+    store_config = SMALL_BODIES_STORE
     broker = make_broker(store_config=store_config)
     broker.create_topic("Orders", read_queue_nums=1)
     with pytest.raises(MessageIllegalError) as info:

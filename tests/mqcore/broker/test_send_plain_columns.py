@@ -14,20 +14,13 @@ from mqcore.broker.config import BrokerConfig
 from mqcore.clock import FakeClock
 from mqcore.errors import MQError
 from mqcore.message import Message
-from mqcore.store.config import StoreConfig
 from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns
-from tests.mqcore.broker.conftest import NOW_MS, SMALL_STORE
+from tests.mqcore.broker.conftest import NOW_MS, SMALL_BODIES_STORE
 from tests.mqcore.broker.test_send_plain import _comparable, _stored
 
 HOST = HostAddress("10.1.2.3", 5555)
-STORE = StoreConfig(
-    commitlog_file_size=SMALL_STORE.commitlog_file_size,
-    consume_queue_file_entries=32,
-    index_hash_slots=64,
-    index_max_entries=256,
-    max_message_size=100,
-)
+STORE = SMALL_BODIES_STORE
 
 
 def _messages(*bodies: bytes, keys: str = "", topic: str = "Orders") -> list[Message]:

@@ -21,10 +21,9 @@ from mqcore.errors import (
 )
 from mqcore.message import Message, MessageExt
 from mqcore.metadata.topics import SCHEDULE_TOPIC
-from mqcore.store.config import StoreConfig
 from mqcore.store.msgid import HostAddress
 from mqcore.store.properties import PROPERTY_UNIQ_KEY
-from tests.mqcore.broker.conftest import SMALL_STORE, BrokerFactory
+from tests.mqcore.broker.conftest import SMALL_BODIES_STORE, BrokerFactory
 
 HOST = HostAddress("10.1.2.3", 5555)
 
@@ -142,13 +141,7 @@ ERRORS: list[tuple[str, str, list[tuple[bytes, str]]]] = [
 def test_errors_are_sends(
     make_broker: BrokerFactory, topic: str, what: str, batch: list[tuple[bytes, str]]
 ) -> None:
-    store_config = StoreConfig(
-        commitlog_file_size=SMALL_STORE.commitlog_file_size,
-        consume_queue_file_entries=32,
-        index_hash_slots=64,
-        index_max_entries=256,
-        max_message_size=100,
-    )
+    store_config = SMALL_BODIES_STORE
     broker = make_broker(store_config=store_config, max_batch_bytes=150)
     broker.create_topic("Orders", read_queue_nums=8, write_queue_nums=8)
     broker.create_topic("ReadOnly", read_queue_nums=4, write_queue_nums=4)

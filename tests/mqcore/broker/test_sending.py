@@ -13,10 +13,9 @@ from mqcore.broker import (
     SendStatus,
 )
 from mqcore.errors import MessageIllegalError, NotFoundError, ValidationError
-from mqcore.store.config import StoreConfig
 from mqcore.store.hashing import java_string_hash
 from mqcore.store.msgid import HostAddress
-from tests.mqcore.broker.conftest import SMALL_STORE, BrokerFactory
+from tests.mqcore.broker.conftest import SMALL_BODIES_STORE, BrokerFactory
 
 MSG = OutgoingMessage(b"payload")
 
@@ -115,13 +114,7 @@ def test_empty_body(broker: Broker) -> None:
 
 
 def test_body_too_large_names_the_batch_position(make_broker: BrokerFactory) -> None:
-    store_config = StoreConfig(
-        commitlog_file_size=SMALL_STORE.commitlog_file_size,
-        consume_queue_file_entries=32,
-        index_hash_slots=64,
-        index_max_entries=256,
-        max_message_size=100,
-    )
+    store_config = SMALL_BODIES_STORE
     broker = make_broker(store_config=store_config)
     broker.create_topic("T", read_queue_nums=1)
     with pytest.raises(MessageIllegalError) as info:
