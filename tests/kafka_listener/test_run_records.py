@@ -4,6 +4,7 @@ give (``ViewBatch.add``), record for record, whatever mix of records the queue h
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,17 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
     b.create_topic("t", read_queue_nums=1, write_queue_nums=1)
     b.create_topic("other", read_queue_nums=1, write_queue_nums=1)
     try:
+        yield b
+    finally:
+        b.close()
+
+
+@contextmanager
+def _fresh_broker(factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A broker of its own with topic ``t`` (Hypothesis examples cannot share the fixture's)."""
+    b = Broker.open(factory.mktemp("store"), TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))  # fmt: skip
+    try:
+        b.create_topic("t", read_queue_nums=1, write_queue_nums=1)
         yield b
     finally:
         b.close()
@@ -316,13 +328,7 @@ def test_any_keyed_queue_gives_the_views_bytes(
     limit: int,
     max_records: int,
 ) -> None:
-    broker = Broker.open(
-        tmp_path_factory.mktemp("store"),
-        TEST_STORE_CONFIG,
-        config=BrokerConfig(dispatch_on_send=True),
-    )
-    try:
-        broker.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+    with _fresh_broker(tmp_path_factory) as broker:
         _store(broker, records)
         offset = 0
         while offset < len(records):
@@ -330,8 +336,6 @@ def test_any_keyed_queue_gives_the_views_bytes(
                 with_runs, views_only, _ = _both(monkeypatch, broker, offset, limit, max_records)
             assert with_runs == views_only
             offset = with_runs.next_offset
-    finally:
-        broker.close()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -350,13 +354,7 @@ def test_any_queue_gives_the_views_bytes(
     limit: int,
     max_records: int,
 ) -> None:
-    broker = Broker.open(
-        tmp_path_factory.mktemp("store"),
-        TEST_STORE_CONFIG,
-        config=BrokerConfig(dispatch_on_send=True),
-    )
-    try:
-        broker.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+    with _fresh_broker(tmp_path_factory) as broker:
         messages = [
             Message(
                 "t",
@@ -377,8 +375,6 @@ def test_any_queue_gives_the_views_bytes(
             assert with_runs == views_only
             # past a timestamp delta no batch can hold (both raised): the next record
             offset = with_runs.next_offset if isinstance(with_runs, fetch._Local) else offset + 1
-    finally:
-        broker.close()
 
 
 # Property bytes no put would write, straight into records: keys with \x01, \x02, bytes

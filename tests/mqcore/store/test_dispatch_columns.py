@@ -38,6 +38,20 @@ CONFIG = StoreConfig(commitlog_file_size=1024 * 1024)
 USUAL = ("orders", "payments", "orders-eu")  # two topic lengths, interleaved in stretches
 
 
+def assert_walks_as_requests(log: CommitLog, end: int, budget: int) -> None:
+    """``dispatch_columns`` in reput's steps of ``budget`` bytes, each from wherever the
+    last one stopped, gives the rows and stops where ``walk_requests`` does."""
+    start = 0
+    while True:
+        columns, reached = dispatch_columns(log, start, end, budget, log.delay_levels_ms)
+        rows, expected = walk_requests(log, start, end, budget)
+        assert [DispatchRow(*row) for row in columns.rows()] == rows
+        assert reached == expected
+        if reached in (start, end):
+            break
+        start = reached
+
+
 def walk_requests(
     log: CommitLog, start: int, end: int, budget: int
 ) -> tuple[list[DispatchRow], int]:
@@ -113,15 +127,7 @@ def test_columns_walk_the_log_as_iter_dispatch_does(
         end = log.max_offset
         rng = random.Random(seed)
         for budget in [1 << 30, 4096, 100_000] + [rng.randrange(1, 400_000) for _ in range(6)]:
-            start = 0
-            while True:  # the walk in reput's steps, from wherever each one stopped
-                columns, reached = dispatch_columns(log, start, end, budget, log.delay_levels_ms)
-                rows, expected = walk_requests(log, start, end, budget)
-                assert [DispatchRow(*row) for row in columns.rows()] == rows
-                assert reached == expected
-                if reached in (start, end):
-                    break
-                start = reached
+            assert_walks_as_requests(log, end, budget)
 
 
 def test_columns_stop_where_the_record_walk_stops(tmp_path: Path) -> None:
@@ -267,15 +273,7 @@ def test_stretches_of_one_size_walk_as_iter_dispatch_does(
         assert len(log.segments.files) > 1  # stretches cross segment ends too
         rng = random.Random(seed)
         for budget in [1 << 30, 50_000] + [rng.randrange(1, 400_000) for _ in range(4)]:
-            start = 0
-            while True:
-                columns, reached = dispatch_columns(log, start, end, budget, log.delay_levels_ms)
-                rows, expected = walk_requests(log, start, end, budget)
-                assert [DispatchRow(*row) for row in columns.rows()] == rows
-                assert reached == expected
-                if reached in (start, end):
-                    break
-                start = reached
+            assert_walks_as_requests(log, end, budget)
 
 
 @pytest.mark.parametrize("key_format", ["K{:06d}", "K{}"])
