@@ -488,7 +488,7 @@ def put_send_results(
     # One put's results share a status (one lock, one flush): mapped once, from the first;
     # a result that differs goes through send_result_of all the same.
     put_status = puts[0].status
-    status = _send_status(puts[0])
+    status = send_status_of(puts[0].status, puts[0])
     new_result = SendResultBuilder
     results: list[Any] = []
     append = results.append
@@ -518,11 +518,6 @@ def _as_stored(p: Placed, topic: str) -> bool:
     return not p.delayed and p.real_topic == topic and p.real_queue_id == p.store_queue_id
 
 
-def _send_status(put: PutResult) -> SendStatus:
-    """The SendStatus of a stored message; raises for a put the store refused."""
-    return send_status_of(put.status, put)
-
-
 def send_status_of(status: PutStatus, put: object) -> SendStatus:
     """The SendStatus of a put's ``status``; raises for a put the store refused."""
     if status is PutStatus.PUT_OK:
@@ -537,7 +532,7 @@ def send_status_of(status: PutStatus, put: object) -> SendStatus:
 
 
 def send_result_of(placed: Placed, put: PutResult, broker_name: str) -> SendResult:
-    status = _send_status(put)
+    status = send_status_of(put.status, put)
     r: Any = SendResultBuilder()
     r.status = status
     r.msg_id = put.msg_id
