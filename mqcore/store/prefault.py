@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from mqcore.store import libc
 from mqcore.store.config import StoreConfig
-from mqcore.store.libc import MADV_POPULATE_WRITE, map_address
+from mqcore.store.libc import MADV_POPULATE_WRITE
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.segments import MappedFileQueue
 
@@ -45,13 +45,6 @@ CHUNK_BYTES = 1 << 20
 IDLE_WAIT_S = 1.0
 
 Madvise = Callable[[int, int, int], int]
-__all__ = ["MADV_POPULATE_WRITE", "Prefaulter", "libc_madvise", "map_address", "start_prefaulter"]
-
-
-def libc_madvise() -> Madvise | None:
-    """``madvise(addr, length, advice)`` from the C library, or None off Linux
-    (``libc.py``: the GIL is released while it runs)."""
-    return libc.madvise()
 
 
 def start_prefaulter(segments: MappedFileQueue, config: StoreConfig) -> Prefaulter | None:
@@ -124,7 +117,7 @@ class Prefaulter:
             self._set_trigger(segment, stop)
             return False
         end = min(start + self.chunk_bytes, stop)
-        madvise = self._madvise or libc_madvise()
+        madvise = self._madvise or libc.madvise()
         if madvise is None or not segment.populate(madvise, MADV_POPULATE_WRITE, start, end):
             if madvise is None or segment.is_available:
                 # Not supported here (EINVAL on a kernel before 5.14, ENOSYS, ...): give up.

@@ -14,13 +14,9 @@ from mqcore.errors import ValidationError
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.geometry import infer_geometry
-from mqcore.store.prefault import (
-    MADV_POPULATE_WRITE,
-    Prefaulter,
-    libc_madvise,
-    map_address,
-    start_prefaulter,
-)
+from mqcore.store.libc import MADV_POPULATE_WRITE, map_address
+from mqcore.store.libc import madvise as libc_madvise
+from mqcore.store.prefault import Prefaulter, start_prefaulter
 from mqcore.store.segments import MappedFileQueue
 from mqcore.store.verify import check_store
 
