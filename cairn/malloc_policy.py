@@ -22,10 +22,9 @@ Applied by ``cairn.asgi`` (``runbroker``) and ``bench/kafka.py``'s broker proces
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
-import sys
+
+from mqcore.store import libc
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +39,9 @@ TRIM_THRESHOLD_BYTES = 256 << 20
 def keep_large_buffers() -> bool:
     """Fix glibc's mmap and trim thresholds (see the module docstring). Returns whether
     both settings took."""
-    if not sys.platform.startswith("linux"):
+    mallopt = libc.mallopt()
+    if mallopt is None:
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     took = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     )

@@ -1,4 +1,4 @@
-"""``madvise`` and ``msync`` from the C library, called through ``ctypes``.
+"""``madvise``, ``msync`` and ``mallopt`` from the C library, called through ``ctypes``.
 
 Python's ``mmap.madvise`` lacks Linux 5.14's ``MADV_POPULATE_WRITE`` (``prefault.py``), and
 ``mmap.flush`` holds the GIL for the whole ``msync``: a flush of the CommitLog's dirty
@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 #: ``MADV_POPULATE_WRITE`` from <linux/mman.h> (Linux 5.14); Python 3.12's mmap lacks it.
 MADV_POPULATE_WRITE = 23
@@ -31,19 +32,22 @@ MS_SYNC = 4
 #: ``madvise(addr, length, advice)`` and ``msync(addr, length, flags)``: 0 or -1 (errno).
 AddressCall = Callable[[int, int, int], int]
 
-_functions: dict[str, AddressCall | None] = {}
+_functions: dict[str, Any] = {}
 _load_lock = threading.Lock()
 
 
-def _load(name: str) -> AddressCall | None:
+_ADDRESS_CALL: list[Any] = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+def _load(name: str, argtypes: list[Any]) -> Any:
     with _load_lock:
         if name not in _functions:
-            found: AddressCall | None = None
+            found = None
             if sys.platform.startswith("linux"):
                 try:
                     libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
                     fn = getattr(libc, name)
-                    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                    fn.argtypes = argtypes
                     fn.restype = ctypes.c_int
                     found = fn
                 except (OSError, AttributeError):
@@ -54,12 +58,20 @@ def _load(name: str) -> AddressCall | None:
 
 def madvise() -> AddressCall | None:
     """The C library's ``madvise``, or None."""
-    return _load("madvise")
+    found: AddressCall | None = _load("madvise", _ADDRESS_CALL)
+    return found
 
 
 def msync() -> AddressCall | None:
     """The C library's ``msync``, or None."""
-    return _load("msync")
+    found: AddressCall | None = _load("msync", _ADDRESS_CALL)
+    return found
+
+
+def mallopt() -> Callable[[int, int], int] | None:
+    """glibc's ``mallopt(param, value)`` (1 when it took), or None."""
+    found: Callable[[int, int], int] | None = _load("mallopt", [ctypes.c_int, ctypes.c_int])
+    return found
 
 
 def map_address(mm: mmap.mmap) -> int:
