@@ -317,6 +317,8 @@ def encode_plain_columns(
         lengths = columns.body_lengths() if count else None
         if fields is None or born is None or lengths is None:
             raise _Declined
+        if not 0 < lengths.min() <= lengths.max() <= max_body:
+            raise _Declined
         topic_field, magic, fixed_sizes, store, store_bits = fields
         variant = (len(born) == IPV6_HOST_SIZE) | store_bits
         header = ENCODE_HEADERS[variant]
@@ -326,8 +328,6 @@ def encode_plain_columns(
         if count >= MIN_GRID_RECORDS:
             keys_text = _grid_keys(columns, len(uniq_head))
             if keys_text is not None:
-                if not 0 < lengths.min() <= lengths.max() <= max_body:
-                    raise _Declined
                 crcs = np.fromiter(map(crc32, bodies), np.int64, count)
                 crcs &= BODY_CRC_MASK
                 template = header.pack(
@@ -350,8 +350,6 @@ def encode_plain_columns(
                     starts, end, phys_offset, queue_offset,
                 )  # fmt: skip
         body_lengths = lengths.tolist()
-        if not 0 < min(body_lengths) <= max(body_lengths) <= max_body:
-            raise _Declined
         fixed = fixed_sizes[variant] + len(topic_field)
         msg_ids = [uniq_head + tail for tail in reserved_tails(uniq_first, count)]
         if columns.keys.count("") == count:  # keyless: the UNIQ_KEY alone, of one length
