@@ -36,6 +36,7 @@ from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.format import DispatchRequest
+from mqcore.store.health import StoreHealth
 from mqcore.store.index_service import IndexService
 from mqcore.store.lockfile import StoreLock
 from mqcore.store.msgid import UniqKeyGenerator, create_offset_msg_id
@@ -133,6 +134,8 @@ class MessageStore:
         )
         self.checkpoint = Checkpoint(self.root / "checkpoint")
         self.recovery: RecoveryReport | None = None
+        #: Problems (kept until acknowledged) and conditions of this store (``health.py``).
+        self.health = StoreHealth(self.root, self.clock, readonly=readonly)
         self.reput_offset = 0
         self.writable = not readonly and role != "services"
         #: Why puts are refused while ``writable`` is False (e.g. the disk-full check).
@@ -180,6 +183,7 @@ class MessageStore:
                 self._service_locks.acquire_all()  # no Celery worker may run them beside us
             if not self.readonly:
                 self.progress = Progress(self.root)
+            self.health.load()
             self._load_and_recover()
         except BaseException:
             self._release_locks()
