@@ -241,7 +241,8 @@ class ConsumeQueue:
         * The first file of an empty queue starting at a non-zero ``queue_offset`` is
           pre-filled with blank units up to it, and ``min_offset`` set to it.
         * ``queue_offset * 20`` below the write position: a duplicate, skipped.
-        * Above it (a gap): logged as an error, the unit is appended at the write position.
+        * Above it (a gap): logged as an error; blank units fill the gap and the unit goes
+          at its own queue offset (a queue never renumbers).
 
         Writer thread only.
 
@@ -271,13 +272,31 @@ class ConsumeQueue:
             return False
         if expected != current:
             log.error(
-                "%s-%d: queue offset gap, expected %d but the queue ends at %d; "
-                "appending at the end",
-                self.topic, self.queue_id, queue_offset, current // CQ_UNIT_SIZE,
+                "%s-%d: queue offset gap: the queue ends at %d but the record's queue offset "
+                "is %d; %d blank unit(s) fill the gap (those records are missing from the "
+                "CommitLog) and every later message keeps its own offset",
+                self.topic, self.queue_id, current // CQ_UNIT_SIZE, queue_offset,
+                (expected - current) // CQ_UNIT_SIZE,
             )  # fmt: skip
+            mapped = self._fill_blanks(current, expected)
         mapped.append(CQ_UNIT.pack(phys_offset, size, tags_code))
         self._max_phys_offset = phys_offset + size
         return True
+
+    def _fill_blanks(self, current: int, expected: int) -> MappedFile:
+        """Write blank units from byte offset ``current`` up to ``expected`` (rolling files
+        as needed) and return the file that takes the unit at ``expected``.
+
+        A queue never renumbers: a record's queue offset is in the CommitLog, acknowledged
+        to its producer, so a unit whose records are missing (quarantined or lost) becomes a
+        blank, which readers skip, instead of the next record sliding into its place."""
+        while current < expected:
+            mapped = self.segments.last_or_create(current)
+            room = (mapped.file_size - mapped.wrote_position) // CQ_UNIT_SIZE
+            count = min(room, (expected - current) // CQ_UNIT_SIZE)
+            mapped.append(BLANK_UNIT * count)
+            current += count * CQ_UNIT_SIZE
+        return self.segments.last_or_create(expected)
 
     def put_many(self, units: Sequence[tuple[int, int, int, int]]) -> int:
         """:meth:`put` for each ``(phys_offset, size, tags_code, queue_offset)``, in order.

@@ -85,6 +85,8 @@ class MappedFileQueue:
         self._files: tuple[MappedFile, ...] = ()
         self._lock = threading.Lock()
         self._flushed_where = 0
+        #: Files ``load`` found cut short, as ``(path, length found)``; extended with zeros.
+        self.extended_files: list[tuple[Path, int]] = []
         #: Store time of the last record of the file flushed by the last thorough
         #: (``least_pages == 0``) flush: the CommitLog's physicMsgTimestamp (spec 5.1).
         self.store_timestamp_ms = 0
@@ -102,9 +104,12 @@ class MappedFileQueue:
         Sorted by name; sub-directories and names that are not 20 digits are skipped; a
         zero-length last file is deleted (left alone when read-only).
 
+        A file shorter than ``file_size`` is extended with zeros (mapped at its own length
+        when read-only) and listed in :attr:`extended_files` as ``(path, original length)``.
+
         Raises:
-            StoreError: a file other than an empty last one has the wrong length, or two
-                adjacent files do not differ by ``file_size``.
+            StoreError: a file is longer than ``file_size``, or two adjacent files do not
+                differ by ``file_size``.
         """
         if not self.directory.is_dir():
             self._files = ()
@@ -119,13 +124,26 @@ class MappedFileQueue:
                 log.warning("%s: deleting zero-length last file", paths[-1])
                 paths[-1].unlink()
             paths.pop()
+        self.extended_files = []
         for previous, path in zip([None, *paths], paths, strict=False):
             length = path.stat().st_size
-            if length != self.file_size:
+            if length > self.file_size:
                 raise StoreError(
                     f"{path}: length {length} bytes but the configured file size is "
                     f"{self.file_size}; check the segment size setting before starting"
                 )
+            if length < self.file_size:
+                # Cut short (a copy that stopped, a damaged disk): what it still holds is
+                # good data. Zeros extend it back to its size; the owner decides what the
+                # missing part means (the CommitLog recovers up to the last valid record,
+                # a derived file is rebuilt).
+                self.extended_files.append((path, length))
+                if not self.readonly:
+                    log.error(
+                        "%s: %d bytes instead of %d (cut short); extended with zeros",
+                        path, length, self.file_size,
+                    )  # fmt: skip
+                    os.truncate(path, self.file_size)
             if previous is not None and int(path.name) - int(previous.name) != self.file_size:
                 raise StoreError(
                     f"{path}: does not follow {previous.name} by {self.file_size} bytes "
@@ -135,7 +153,8 @@ class MappedFileQueue:
         try:
             for path in paths:
                 if self.readonly:
-                    files.append(MappedFile.open_readonly(path, self.file_size))
+                    short = path.stat().st_size < self.file_size
+                    files.append(MappedFile.open_readonly(path, None if short else self.file_size))
                 else:
                     files.append(MappedFile(path, self.file_size))
                     files[-1].set_positions(self.file_size)

@@ -15,6 +15,7 @@ import pytest
 
 from mqcore.clock import FakeClock
 from mqcore.store.consume_queue import (
+    BLANK_SIZE,
     BLANK_UNIT,
     CQ_UNIT,
     CQ_UNIT_SIZE,
@@ -98,13 +99,32 @@ def test_idempotent_reput(cq: ConsumeQueue) -> None:
     assert cq.unit_at(3) == Unit(3, 3 * REC, REC, 21)
 
 
-def test_gap_is_logged_and_appended(cq: ConsumeQueue, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_gap_is_logged_and_filled_with_blanks(
+    cq: ConsumeQueue, caplog: pytest.LogCaptureFixture
+) -> None:
     fill(cq, 5)
     with caplog.at_level(logging.ERROR):
         assert cq.put(10 * REC, REC, 1, 8) is True
-    assert "gap" in caplog.text
-    assert cq.max_offset == 6
-    assert cq.unit_at(5) == Unit(5, 10 * REC, REC, 1)  # at the write position, no padding
+    assert "queue offset gap" in caplog.text
+    assert cq.max_offset == 9
+    assert cq.unit_at(8) == Unit(8, 10 * REC, REC, 1)  # at its own offset: never renumbered
+    assert [cq.unit_at(i) for i in (5, 6, 7)] == [Unit(i, 0, BLANK_SIZE, 0) for i in (5, 6, 7)]
+    again = reopen(cq)
+    again.recover()
+    assert (again.max_offset, again.max_phys_offset) == (9, 11 * REC)
+    again.close()
+
+
+def test_a_gap_across_files_is_filled(cq: ConsumeQueue) -> None:
+    fill(cq, 5)
+    far = 3 * UNITS_PER_FILE + 7
+    assert cq.put(1000 * REC, REC, 2, far) is True
+    assert [m.base_offset for m in cq.segments.files] == [i * FILE_SIZE for i in range(4)]
+    assert cq.max_offset == far + 1
+    assert cq.unit_at(far) == Unit(far, 1000 * REC, REC, 2)
+    assert cq.unit_at(UNITS_PER_FILE) == Unit(UNITS_PER_FILE, 0, BLANK_SIZE, 0)
+    assert cq.put(1001 * REC, REC, 3, far + 1) is True
+    assert cq.max_offset == far + 2
 
 
 def test_blank_prefill_for_queue_starting_late(cq: ConsumeQueue) -> None:
@@ -428,7 +448,7 @@ def test_put_many_equals_one_by_one(
         if kind < 0.05 and units:  # re-dispatch of an earlier record: skipped
             units.append(rng.choice(units))
             continue
-        if kind < 0.08:  # a gap in queue offsets: logged, appended at the end
+        if kind < 0.08:  # a gap in queue offsets: logged, filled with blanks
             offset += rng.randrange(1, 5)
         units.append((offset * REC, REC, rng.randrange(-(2**31), 2**31), offset))
         offset += 1

@@ -127,24 +127,42 @@ def test_zero_length_last_file_deleted(tmp_path: Path) -> None:
     q.close()
 
 
-def test_wrong_size_file_refused(tmp_path: Path) -> None:
+def test_a_longer_file_is_refused(tmp_path: Path) -> None:
     directory = tmp_path / "q"
     directory.mkdir()
-    (directory / f"{0:020d}").write_bytes(b"\0" * (SIZE - 1))
-    (directory / f"{SIZE:020d}").write_bytes(b"\0" * SIZE)
+    (directory / f"{0:020d}").write_bytes(b"\0" * (SIZE + 1))
     q = MappedFileQueue(directory, SIZE)
-    with pytest.raises(StoreError, match=r"length 4095 bytes but the configured file size is 4096"):
+    with pytest.raises(StoreError, match=r"length 4097 bytes but the configured file size is 4096"):
         q.load()
     assert q.files == ()
 
 
-def test_zero_length_file_not_last_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("length", [0, 1, SIZE - 1])
+def test_a_file_cut_short_is_extended_and_listed(tmp_path: Path, length: int) -> None:
     directory = tmp_path / "q"
     directory.mkdir()
-    (directory / f"{0:020d}").touch()
+    first = directory / f"{0:020d}"
+    first.write_bytes(b"\x07" * length)
     (directory / f"{SIZE:020d}").write_bytes(b"\0" * SIZE)
-    with pytest.raises(StoreError, match="length 0 bytes"):
-        MappedFileQueue(directory, SIZE).load()
+
+    ro = MappedFileQueue(directory, SIZE, readonly=True)
+    if length == 0:  # nothing to map: read-only tools report it
+        with pytest.raises(StoreError, match="length 0 bytes"):
+            ro.load()
+    else:
+        ro.load()
+        assert ro.extended_files == [(first, length)]
+        assert ro.files[0].file_size == length
+        ro.close()
+    assert first.stat().st_size == length  # read-only: nothing changes on disk
+
+    q = MappedFileQueue(directory, SIZE)
+    q.load()
+    assert q.extended_files == [(first, length)]
+    assert first.stat().st_size == SIZE
+    assert [f.base_offset for f in q.files] == [0, SIZE]
+    assert q.files[0].read(0, SIZE) == b"\x07" * length + b"\0" * (SIZE - length)
+    q.close()
 
 
 def test_gap_between_files_refused(tmp_path: Path) -> None:
