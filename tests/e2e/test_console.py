@@ -255,11 +255,15 @@ def test_a_reported_store_problem_is_shown_and_acknowledged(server: Server, page
     log_in(page, base)
     expect(page.locator('[data-testid="health-banner"]')).to_have_count(0)
     problem_id = "quarantine:00000000000000008192"
-    StoreHealth(server.data_dir / "store").load().report(
-        "quarantine",
-        problem_id,
-        "CommitLog bytes 8192..8448 failed their CRC and were quarantined",
-        {"file": "00000000000000000000", "position": 8192, "length": 256, "reason": "body CRC"},
+    reported = (
+        StoreHealth(server.data_dir / "store")
+        .load()
+        .report(
+            "quarantine",
+            problem_id,
+            "CommitLog bytes 8192..8448 failed their CRC and were quarantined",
+            {"file": "00000000000000000000", "position": 8192, "length": 256, "reason": "body CRC"},
+        )
     )
     healthz = json.loads(urllib.request.urlopen(base + "/healthz", timeout=10).read())
     assert (healthz["status"], healthz["problems"]) == ("degraded", 1)
@@ -268,7 +272,9 @@ def test_a_reported_store_problem_is_shown_and_acknowledged(server: Server, page
     expect(banner).to_be_visible(timeout=10_000)  # the 5 s refresh, no reload
     item = banner.locator(f'[data-testid="health-problem"][data-id="{problem_id}"]')
     expect(item).to_contain_text("failed their CRC and were quarantined")
-    expect(item.locator("time[data-ms]")).to_be_visible()
+    seen = item.locator(f'time[data-ms="{reported.first_seen_ms}"]')
+    expect(seen).to_have_count(2)  # when (in the browser's zone) and how long ago
+    expect(seen.last).to_contain_text("ago")
     item.get_by_text("Details").click()
     expect(item.get_by_text("body CRC")).to_be_visible()
     page.wait_for_timeout(5_500)  # a refresh replaces the banner: the details stay open
