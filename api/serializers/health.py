@@ -140,7 +140,7 @@ def health_counts(health: StoreHealth | None) -> dict[str, Any]:
 
 
 class AcknowledgeSerializer(StrictSerializer):
-    """Either ``ids`` (the problems to acknowledge) or ``all: true`` (every open one)."""
+    """Either `ids` (the problems to acknowledge) or `all: true` (every open one)."""
 
     ids = serializers.ListField(
         child=serializers.CharField(max_length=MAX_ID_LENGTH),
