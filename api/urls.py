@@ -45,6 +45,7 @@ urlpatterns = [
         for document in config_docs.DOCUMENTS
     ],
     path("status", admin.StatusView.as_view(), name="status"),
+    path("status/acknowledge", admin.AcknowledgeView.as_view(), name="status-acknowledge"),
     path("tiered", tiered.TieredStatusView.as_view(), name="tiered"),
     path("audit", admin.AuditView.as_view(), name="audit"),
     path("users", users.UserListView.as_view(), name="user-list"),

@@ -21,4 +21,6 @@ def console(request: HttpRequest) -> dict[str, Any]:
         "cairn_version": mqcore.__version__,
         "broker_name": broker.broker_name if broker is not None else "",
         "broker_running": broker is not None and broker.started,
+        # The header's broker chip turns amber on every page while the store is degraded.
+        "store_degraded": broker is not None and broker.store.health.status == "degraded",
     }

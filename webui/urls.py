@@ -8,6 +8,7 @@ app_name = "webui"
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
+    path("health/acknowledge/", overview.acknowledge, name="health-acknowledge"),
     path("login/", accounts.LoginView.as_view(), name="login"),
     path("logout/", accounts.LogoutView.as_view(), name="logout"),
     path("topics/", topics.topic_list, name="topics"),

@@ -16,6 +16,7 @@ from api.serializers.common import (
     StrictSerializer,
     page_serializer,
 )
+from api.serializers.health import StoreHealthSerializer
 from api.serializers.tiered import TierSummarySerializer
 from mqcore.broker.types import BrokerStatus
 
@@ -66,6 +67,9 @@ class StatusSerializer(serializers.Serializer):
     group_count = serializers.IntegerField()
     services = serializers.DictField(child=ServiceStateSerializer())
     tier = TierSummarySerializer(help_text="tiered storage totals (GET /tiered per queue)")
+    health = StoreHealthSerializer(
+        help_text="the store's problems (until acknowledged) and conditions"
+    )
 
 
 def status_dict(status: BrokerStatus, version: str, services_mode: str) -> dict[str, Any]:

@@ -1,17 +1,20 @@
 """The console in a real browser against a real broker: log in, create a topic, send from the
 page, find the message by key, open it, reset a group's offsets with a preview, follow a key
-live while the REST API sends, survive a dropped socket; a viewer sees no mutate buttons.
-Every page is saved under test-output/screenshots/."""
+live while the REST API sends, survive a dropped socket; a viewer sees no mutate buttons; a
+store problem shows on the overview until acknowledged. Every page is saved under test-output/screenshots/."""
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import time
+import urllib.request
 from typing import Any
 
 import pytest
 
+from mqcore.store.health import StoreHealth
 from tests.e2e.conftest import PASSWORD, Server, log_in, shot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -240,3 +243,52 @@ def test_viewer_sees_no_mutate_buttons(server: Server, browser: Any) -> None:
     expect(page.locator('[data-role="pill"]')).to_contain_text("Live")
     shot(page, "14-trace-phone", full_page=False)
     phone.close()
+
+
+def test_a_reported_store_problem_is_shown_and_acknowledged(server: Server, page: Any) -> None:
+    """Another process (as an offline tool would) reports a problem into the broker's store:
+    the open overview shows the banner at its next refresh, the details stay open across
+    refreshes, and Acknowledge clears it everywhere (/healthz, status, audit log)."""
+    from playwright.sync_api import expect
+
+    base = server.base
+    log_in(page, base)
+    expect(page.locator('[data-testid="health-banner"]')).to_have_count(0)
+    problem_id = "quarantine:00000000000000008192"
+    reported = (
+        StoreHealth(server.data_dir / "store")
+        .load()
+        .report(
+            "quarantine",
+            problem_id,
+            "CommitLog bytes 8192..8448 failed their CRC and were quarantined",
+            {"file": "00000000000000000000", "position": 8192, "length": 256, "reason": "body CRC"},
+        )
+    )
+    healthz = json.loads(urllib.request.urlopen(base + "/healthz", timeout=10).read())
+    assert (healthz["status"], healthz["problems"]) == ("degraded", 1)
+
+    banner = page.locator('[data-testid="health-banner"]')
+    expect(banner).to_be_visible(timeout=10_000)  # the 5 s refresh, no reload
+    item = banner.locator(f'[data-testid="health-problem"][data-id="{problem_id}"]')
+    expect(item).to_contain_text("failed their CRC and were quarantined")
+    seen = item.locator(f'time[data-ms="{reported.first_seen_ms}"]')
+    expect(seen).to_have_count(2)  # when (in the browser's zone) and how long ago
+    expect(seen.last).to_contain_text("ago")
+    item.get_by_text("Details").click()
+    expect(item.get_by_text("body CRC")).to_be_visible()
+    page.wait_for_timeout(5_500)  # a refresh replaces the banner: the details stay open
+    expect(item.get_by_text("body CRC")).to_be_visible()
+    shot(page, "15-overview-degraded")
+
+    item.get_by_role("button", name="Acknowledge").click()
+    expect(page.locator(".flash-success")).to_contain_text("Acknowledged 1 problem")
+    expect(banner).to_have_count(0)
+    healthz = json.loads(urllib.request.urlopen(base + "/healthz", timeout=10).read())
+    assert (healthz["status"], healthz["problems"]) == ("ok", 0)
+    status = server.api("GET", "/status")["health"]
+    assert [(p["id"], p["acknowledged_by"]) for p in status["acknowledged"]] == [
+        (problem_id, "ops")
+    ]
+    audit = server.api("GET", f"/audit?target={problem_id}", token=server.admin_token)
+    assert [e["action"] for e in audit["results"]] == ["problem.acknowledge"]

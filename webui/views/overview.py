@@ -1,19 +1,39 @@
-"""``/``: broker status, throughput chart, services, and where lag piles up."""
+"""``/``: the store's health (a banner while degraded, with acknowledgement), broker status,
+throughput chart, services, and where lag piles up.
+
+The banner lists each open store problem (summary, first seen, its facts behind a
+disclosure) and each condition (with a progress bar when it has one). Operators and admins
+acknowledge one problem, or every problem the banner shows, through
+``POST /health/acknowledge/`` (:func:`acknowledge`), which takes the REST API's path
+(:mod:`api.health`: same checks, same audit action ``problem.acknowledge``). "Every problem
+shown" sends the ids on the page, so a problem reported while the operator read the banner
+is not acknowledged unseen. The banner is its own partial (``?partial=health``), refreshed
+with the rest of the page every 5 s.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
+from api import health as store_health
 from api.serializers import tiered
+from api.serializers.health import AcknowledgeSerializer, health_dict
 from cairn import runtime
 from mqcore.broker import Broker
 from webui.access import console_page, get_broker
 from webui.metrics import sampler
+from webui.views.common import validate
 
 TOP = 5
+#: Summaries the message after an acknowledgement repeats (then "and N more").
+FLASHED = 3
 
 #: Services the overview always lists, with what their state means.
 SERVICES = (
@@ -102,6 +122,58 @@ def tier_context(rt: runtime.BrokerRuntime) -> dict[str, Any]:
     return {**tiered.summary(rt, rows), "behind": behind[:TOP]}
 
 
+def _dom_id(item_id: str) -> str:
+    """An HTML id stable for the same problem or condition, so that a refresh keeps its
+    details open (``console.js``) whatever characters the store's id has."""
+    return "health-" + hashlib.blake2s(item_id.encode(), digest_size=6).hexdigest()
+
+
+def _detail_rows(detail: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (
+            str(key),
+            value if isinstance(value, str) else json.dumps(value, sort_keys=True),
+        )
+        for key, value in detail.items()
+    ]
+
+
+def _kind_label(kind: str) -> str:
+    return kind.replace("_", " ").capitalize()
+
+
+def health_context(broker: Broker) -> dict[str, Any]:
+    """The banner's rows: :func:`api.serializers.health.health_dict` plus what the template
+    shows (a label for the kind, the detail as rows, the progress in percent)."""
+    data = health_dict(broker.store.health)
+    problems = [
+        p
+        | {
+            "dom_id": _dom_id(p["id"]),
+            "label": _kind_label(p["kind"]),
+            "rows": _detail_rows(p["detail"]),
+        }
+        for p in data["problems"]
+    ]
+    conditions = [
+        c
+        | {
+            "dom_id": _dom_id(c["id"]),
+            "label": _kind_label(c["kind"]),
+            "rows": _detail_rows(c["detail"]),
+            "percent": None if c["progress"] is None else round(c["progress"] * 100, 1),
+        }
+        for c in data["conditions"]
+    ]
+    return {
+        "store_health": {
+            "status": data["status"],
+            "problems": problems,
+            "conditions": conditions,
+        }
+    }
+
+
 def overview_context() -> dict[str, Any]:
     rt = runtime.current()
     broker = get_broker()
@@ -123,14 +195,51 @@ def overview_context() -> dict[str, Any]:
         "series": sampler.series(),
         "store": health.get("store") or {},
         "tier": tier_context(rt),
+        **health_context(broker),
     }
 
 
 @console_page()
 def overview(request: HttpRequest) -> HttpResponse:
-    template = (
-        "webui/overview.html#live"
-        if request.GET.get("partial") == "live"
-        else "webui/overview.html"
-    )
+    partial = request.GET.get("partial")
+    if partial == "health":
+        return render(request, "webui/overview.html#health", health_context(get_broker()))
+    template = "webui/overview.html#live" if partial == "live" else "webui/overview.html"
     return render(request, template, overview_context())
+
+
+@require_POST
+@console_page()
+def acknowledge(request: HttpRequest) -> HttpResponse:
+    """Acknowledge the problems named by the posted ``id`` fields, then back to the overview
+    with what was done (operators and admins; :func:`console_page` refuses viewers)."""
+    broker = get_broker()
+    ids = request.POST.getlist("id")
+    if not ids:
+        messages.warning(request, "Choose a problem to acknowledge.")
+        return redirect("webui:overview")
+    valid, errors = validate(AcknowledgeSerializer, {"ids": ids})
+    if valid is None:
+        messages.error(request, "Nothing acknowledged: " + "; ".join(errors.values()))
+        return redirect("webui:overview")
+    outcome = store_health.acknowledge(
+        broker.store.health, request, valid["ids"], request.user.get_username()
+    )
+    if outcome.unknown:
+        named = ", ".join(pid for _, pid in outcome.unknown)
+        messages.error(
+            request, f"No store problem {named} is reported any more; nothing was acknowledged."
+        )
+        return redirect("webui:overview")
+    if outcome.acknowledged:
+        count = len(outcome.acknowledged)
+        shown = [p.summary for p in outcome.acknowledged[:FLASHED]]
+        if count > FLASHED:
+            shown.append(f"and {count - FLASHED} more")
+        messages.success(
+            request,
+            f"Acknowledged {count} problem{'s' if count != 1 else ''}: {'; '.join(shown)}",
+        )
+    for p in outcome.already_acknowledged:
+        messages.info(request, f"Already acknowledged by {p.acknowledged_by}: {p.summary}")
+    return redirect("webui:overview")

@@ -225,7 +225,16 @@
             return r.text();
           })
           .then(function (html) {
+            // What the reader opened or focused survives the new HTML (elements with an id).
+            var opened = Array.prototype.map.call(box.querySelectorAll("details[id][open]"), function (d) { return d.id; });
+            var focused = box.contains(document.activeElement) ? document.activeElement.id : "";
             box.innerHTML = html;
+            opened.forEach(function (id) {
+              var d = document.getElementById(id);
+              if (d && box.contains(d)) d.open = true;
+            });
+            var again = focused && document.getElementById(focused);
+            if (again && box.contains(again)) again.focus();
             Cairn.localizeTimes(box);
             box.dispatchEvent(new CustomEvent("cairn:refreshed", { bubbles: true }));
             box.removeAttribute("data-stale");
