@@ -203,13 +203,14 @@ class LoadOutcome[T]:
             and (self.recovered or state != MISSING)
         ]
 
-    def describe(self) -> str:
-        """One line for the log and the operator: what was damaged and what was loaded."""
+    def describe(self, loaded_verb: str = "loaded") -> str:
+        """One line for the log and the operator: what was damaged and what was loaded
+        (``loaded_verb``: "would load" for a check that changes nothing)."""
         damaged = "; ".join(f"{label} {state}" for label, state in self.damage)
         if self.source is None:
-            loaded = "no copy could be loaded: started from empty state"
+            loaded = f"no copy can be loaded: {loaded_verb} empty state"
         else:
-            loaded = f"loaded {self.source}"
+            loaded = f"{loaded_verb} {self.source}"
             if self.generation is not None and self.newest_generation is not None:
                 behind = self.newest_generation - self.generation
                 loaded += f" (generation {self.generation} of {self.newest_generation}"
@@ -292,9 +293,12 @@ class CheckedFile:
         if found.sidecar_damage is not None:
             copies.append((os.path.basename(sidecar_path(self.path)), found.sidecar_damage))
         candidates: list[tuple[CopyRead, T]] = []
+        damaged: set[str] = set()
         damaged_value: T | None = None
         for copy in (found.main, found.backup):
             value, reason = parse_copy(copy, decode)
+            if copy.damage is not None or reason is not None:
+                damaged.add(copy.label)
             if reason is not None:
                 copies.append((copy.label, reason))
                 continue
@@ -306,7 +310,9 @@ class CheckedFile:
         status = _status(found, chosen)
         set_aside: tuple[str, ...] = ()
         if status == "recovered" and not readonly:
-            set_aside = self._set_aside_damaged(found, chosen)
+            set_aside = self._set_aside_damaged(found, chosen, damaged)
+        if not readonly:
+            self._unlink_backup(found)
         self._remember(found, chosen)
         return LoadOutcome(
             self.file_name,
@@ -321,16 +327,18 @@ class CheckedFile:
         )
 
     def _set_aside_damaged(
-        self, found: Inspection, chosen: tuple[CopyRead, Any] | None
+        self, found: Inspection, chosen: tuple[CopyRead, Any] | None, damaged: set[str]
     ) -> tuple[str, ...]:
+        """Move the damaged copies (and ``X`` whenever it is not the one loaded) out of the
+        way of the next write; an empty one is removed, having nothing to keep."""
         moved: list[str] = []
         for copy in (found.main, found.backup):
             if copy.data is None or (chosen is not None and chosen[0] is copy):
                 continue
-            if copy.version is not None and copy is found.backup:
-                continue  # an intact older copy stays the backup
+            if copy is found.backup and copy.label not in damaged:
+                continue  # a sound older copy stays the backup
             if copy.damage == EMPTY:
-                os.remove(copy.path)  # nothing in it to keep
+                os.remove(copy.path)
             else:
                 moved.append(set_aside(copy.path))
         if found.sidecar_damage is not None:
@@ -338,6 +346,24 @@ class CheckedFile:
         if moved:
             sync_dir(self.path)
         return tuple(os.path.basename(m) for m in moved)
+
+    def _unlink_backup(self, found: Inspection) -> None:
+        """Make ``X.bak`` a file of its own if it is still a hard link to ``X``.
+
+        Between steps 2 and 5 of a write the two names share one inode; a crash there leaves
+        them so until the next write, and damage to that inode would hit both copies. Copying
+        the bytes (``X.bak.tmp``, fsync, rename) restores two independent copies.
+        """
+        if found.main.data is None or found.backup.data is None:
+            return
+        try:
+            if not os.path.samefile(found.main.path, found.backup.path):
+                return
+        except FileNotFoundError:
+            return
+        tmp = write_temp(self.backup, found.backup.data)
+        os.replace(tmp, self.backup)
+        sync_dir(self.path)
 
     def _remember(self, found: Inspection, chosen: tuple[CopyRead, Any] | None) -> None:
         """What X and X.bak hold now, for the next write's record."""

@@ -61,48 +61,43 @@ def recover_after_load(
 ) -> list[ConfigRecovery]:
     """Reconcile, rewrite and describe every file whose load was not intact (module
     docstring). Returns one record per recovered or rebuilt file, in file order."""
-    topic_fixes: list[TopicFix] = []
-    group_fixes: list[GroupFix] = []
+    topics, groups = metadata.topics, metadata.groups
+    fixes: dict[str, Sequence[TopicFix | GroupFix]] = {}
     ignored: dict[str, list[str]] = {}
     errors: dict[str, str] = {}
-    if outcomes[metadata.topics.FILE_NAME].status != "intact":
-        topic_fixes, ignored["topics.json"] = plan_topics(
-            metadata.topics, metadata.offsets, metadata.groups, store
+    if outcomes[topics.FILE_NAME].status != "intact":
+        topic_fixes, ignored[topics.FILE_NAME] = plan_topics(
+            topics, metadata.offsets, groups, store
         )
+        fixes[topics.FILE_NAME] = topic_fixes
         if topic_fixes:
-            _attempt(errors, metadata.topics.FILE_NAME, lambda: metadata.topics.restore(
-                fix.config for fix in topic_fixes
-            ))  # fmt: skip
-    if outcomes[metadata.groups.FILE_NAME].status != "intact":
-        group_fixes, ignored["subscriptionGroup.json"] = plan_groups(
-            metadata.groups, metadata.offsets, metadata.topics, store
+            _attempt(errors, topics.FILE_NAME, topics.restore, [f.config for f in topic_fixes])
+    if outcomes[groups.FILE_NAME].status != "intact":
+        group_fixes, ignored[groups.FILE_NAME] = plan_groups(
+            groups, metadata.offsets, topics, store
         )
+        fixes[groups.FILE_NAME] = group_fixes
         if group_fixes:
-            _attempt(errors, metadata.groups.FILE_NAME, lambda: metadata.groups.restore(
-                fix.config for fix in group_fixes
-            ))  # fmt: skip
+            _attempt(errors, groups.FILE_NAME, groups.restore, [f.config for f in group_fixes])
     recoveries: list[ConfigRecovery] = []
     for manager in metadata.managers:
         name = manager.FILE_NAME
-        outcome = outcomes[name]
-        fixes: Sequence[TopicFix | GroupFix] = (
-            topic_fixes if manager is metadata.topics
-            else group_fixes if manager is metadata.groups
-            else ()
-        )  # fmt: skip
-        if not outcome.recovered and not fixes:
+        outcome, made = outcomes[name], fixes.get(name, ())
+        if not outcome.recovered and not made:
             continue
-        if outcome.recovered and not fixes:
+        if not made:  # a restore already wrote the file
             _attempt(errors, name, manager.persist)
         recoveries.append(
-            _describe(manager, outcome, fixes, ignored.get(name, []), errors.get(name))
+            _describe(manager, outcome, made, ignored.get(name, []), errors.get(name))
         )
     return recoveries
 
 
-def _attempt(errors: dict[str, str], name: str, write: Callable[[], object]) -> None:
+def _attempt(
+    errors: dict[str, str], name: str, write: Callable[..., object], *args: object
+) -> None:
     try:
-        write()
+        write(*args)
     except OSError as exc:
         errors[name] = str(exc)
 
