@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from mqcore.metadata.checked_file import CheckedFile
+from mqcore.metadata.checked_file import CheckedFile, damage_phrase
 from mqcore.metadata.jsonfile import CORRUPT_SUFFIX, TEMP_SUFFIX, StrPath
 
 #: The files a broker keeps in ``<store>/config`` (spec 8), in load order.
@@ -79,10 +79,11 @@ def _check_file(path: str) -> list[ConfigFinding]:
     if outcome.status == "fresh":
         return []
     if outcome.recovered:
-        return [ConfigFinding(name, True, outcome.describe("the next start would load"))]
+        return [ConfigFinding(name, True, outcome.describe(for_check=True))]
     intact = f"{name} itself is intact; the next write replaces the backup"
     findings = [
-        ConfigFinding(name, True, f"{label} {state} ({intact})") for label, state in outcome.damage
+        ConfigFinding(name, True, f"{damage_phrase(label, state)} ({intact})")
+        for label, state in outcome.damage
     ]
     if outcome.generation is None:
         unverified = "no integrity record (written by RocketMQ or an older Cairn): only parsed"

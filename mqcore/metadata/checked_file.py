@@ -162,7 +162,7 @@ def parse_copy(copy: CopyRead, decode: Callable[[Any], Any]) -> tuple[Any, str |
         return decode(loads_fastjson(copy.data.decode("utf-8"))), None
     except (ValueError, ValidationError) as exc:
         reason = f"unreadable ({exc})"
-        return None, reason if copy.damage is None else f"{copy.damage} and {reason}"
+        return None, reason if copy.damage is None else f"{copy.damage} and is {reason}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,22 +203,32 @@ class LoadOutcome[T]:
             and (self.recovered or state != MISSING)
         ]
 
-    def describe(self, loaded_verb: str = "loaded") -> str:
+    def describe(self, *, for_check: bool = False) -> str:
         """One line for the log and the operator: what was damaged and what was loaded
-        (``loaded_verb``: "would load" for a check that changes nothing)."""
-        damaged = "; ".join(f"{label} {state}" for label, state in self.damage)
+        (``for_check``: worded as what the next start would do, for a check that changes
+        nothing)."""
+        damaged = "; ".join(damage_phrase(label, state) for label, state in self.damage)
         if self.source is None:
-            loaded = f"no copy can be loaded: {loaded_verb} empty state"
+            loaded = (
+                "no copy can be loaded: the next start starts it empty"
+                if for_check
+                else "no copy could be loaded: started it empty"
+            )
         else:
-            loaded = f"{loaded_verb} {self.source}"
+            loaded = f"{'the next start would load' if for_check else 'loaded'} {self.source}"
             if self.generation is not None and self.newest_generation is not None:
                 behind = self.newest_generation - self.generation
                 loaded += f" (generation {self.generation} of {self.newest_generation}"
                 loaded += f", {_changes(behind)} older)" if behind else ", the newest)"
             elif self.generation is None:
-                loaded += " (unverified: it parses but no intact record vouches for it)"
+                loaded += " (unverified: it parses, but no intact record vouches for it)"
         aside = f"; set aside {', '.join(self.set_aside)}" if self.set_aside else ""
         return f"{self.file_name}: {damaged}; {loaded}{aside}"
+
+
+def damage_phrase(label: str, state: str) -> str:
+    """``topics.json is missing``, ``topics.json does not match its checksum (...)``."""
+    return f"{label} {state}" if state.startswith("does") else f"{label} is {state}"
 
 
 def _changes(n: int) -> str:
@@ -388,7 +398,7 @@ def _state(copy: CopyRead) -> str:
         return f"intact, generation {copy.version.generation}"
     if copy.damage is None:
         return "intact as far as can be told (parses; no integrity record)"
-    return f"{copy.damage} (still parses)"
+    return f"{copy.damage}, though it still parses"
 
 
 def _choose[T](candidates: list[tuple[CopyRead, T]]) -> tuple[CopyRead, T] | None:
