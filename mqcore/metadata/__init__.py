@@ -146,7 +146,11 @@ class Metadata:
         Raises:
             OSError: a file exists but cannot be read or set aside.
         """
-        remove_stale_temp_files(self.config_dir)
+        # Standalone, this process is the only writer of the directory until its services
+        # start; beside a Celery worker, only our own files' leftovers are surely stale.
+        shared = store is not None and store.role != "standalone"
+        names = [manager.FILE_NAME for manager in self.managers]
+        remove_stale_temp_files(self.config_dir, names if shared else None)
         outcomes = {manager.FILE_NAME: manager.load() for manager in self.managers}
         evidence = StoreEvidence() if store is None else StoreEvidence.of(store)
         recoveries = recover_after_load(self, outcomes, evidence)

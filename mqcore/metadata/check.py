@@ -80,7 +80,7 @@ def _check_file(path: str) -> list[ConfigFinding]:
         return []
     if outcome.recovered:
         return [ConfigFinding(name, True, outcome.describe(for_check=True))]
-    intact = f"{name} itself is intact; the next write replaces the backup"
+    intact = f"{name} itself is intact; the next start sets the backup aside and rewrites it"
     findings = [
         ConfigFinding(name, True, f"{damage_phrase(label, state)} ({intact})")
         for label, state in outcome.damage

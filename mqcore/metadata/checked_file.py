@@ -34,7 +34,9 @@ the first that still parses (``X``, then ``X.bak``), flagged as unverified; with
 state. Anything but "``X`` intact" (or "``X`` parses and there is no record") is a
 *recovery*: the damaged ``X`` is set aside as ``X.corrupt`` (so the next write cannot make it
 the backup, and an operator can look at it) and the outcome says what was damaged and what
-was loaded, for the caller to log, report and reconcile.
+was loaded, for the caller to log, report and reconcile. A damaged ``X.bak`` beside an intact
+``X`` is set aside too (``X.bak.corrupt``) and named in the outcome, so that the caller can
+rewrite ``X`` and have an intact backup again.
 
 Thread-safety: none; the owning manager serialises calls (its write lock).
 """
@@ -43,12 +45,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from mqcore.errors import ValidationError
 from mqcore.metadata.integrity import (
+    SIDECAR_SUFFIX,
     Sidecar,
     Version,
     install_sidecar,
@@ -57,6 +60,7 @@ from mqcore.metadata.integrity import (
     stage_sidecar,
 )
 from mqcore.metadata.jsonfile import (
+    BACKUP_SUFFIX,
     CORRUPT_SUFFIX,
     TEMP_SUFFIX,
     StrPath,
@@ -319,9 +323,8 @@ class CheckedFile:
         chosen = _choose(candidates)
         status = _status(found, chosen)
         set_aside: tuple[str, ...] = ()
-        if status == "recovered" and not readonly:
-            set_aside = self._set_aside_damaged(found, chosen, damaged)
         if not readonly:
+            set_aside = self._set_aside_damaged(found, chosen, damaged)
             self._unlink_backup(found)
         self._remember(found, chosen)
         return LoadOutcome(
@@ -447,10 +450,17 @@ def set_aside(path: str) -> str:
     return target
 
 
-def remove_stale_temp_files(config_dir: StrPath) -> list[str]:
+def remove_stale_temp_files(
+    config_dir: StrPath, only_of: Collection[str] | None = None
+) -> list[str]:
     """Delete the ``*.tmp`` files an interrupted write left in ``config_dir`` (``X.tmp``,
     ``X.bak.tmp``, ``X.sum.tmp``), logging each. Only at start, before any write: a temp
     file is never part of a committed state (module docstring).
+
+    Args:
+        only_of: remove only the temp files of these file names ``X`` (when another process,
+            e.g. a Celery worker writing ``tieredStoreMetadata.json``, may be writing beside
+            us); None removes every ``*.tmp``.
 
     Returns:
         The names removed.
@@ -461,10 +471,21 @@ def remove_stale_temp_files(config_dir: StrPath) -> list[str]:
         return []
     removed: list[str] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if entry.name.endswith(TEMP_SUFFIX) and entry.is_file(follow_symlinks=False):
-            os.remove(entry.path)
-            removed.append(entry.name)
-            log.info("removed %s, left by a config write that a crash interrupted", entry.path)
+        if not entry.name.endswith(TEMP_SUFFIX) or not entry.is_file(follow_symlinks=False):
+            continue
+        if only_of is not None and _temp_owner(entry.name) not in only_of:
+            continue
+        os.remove(entry.path)
+        removed.append(entry.name)
+        log.info("removed %s, left by a config write that a crash interrupted", entry.path)
     if removed:
         sync_dir(os.path.join(os.fspath(config_dir), removed[0]))
     return removed
+
+
+def _temp_owner(name: str) -> str:
+    """``topics.json`` for ``topics.json.tmp``, ``topics.json.bak.tmp``, ``topics.json.sum.tmp``."""
+    base = name.removesuffix(TEMP_SUFFIX)
+    for suffix in (BACKUP_SUFFIX, SIDECAR_SUFFIX):
+        base = base.removesuffix(suffix)
+    return base

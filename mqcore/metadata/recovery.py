@@ -1,7 +1,8 @@
 """After the config files are loaded: reconcile what was recovered with the store, rewrite it,
 and describe it for the operator (:meth:`mqcore.metadata.Metadata.load` reports the result).
 
-For each file whose load was not "``X`` intact" (:mod:`mqcore.metadata.checked_file`):
+For each file whose load was not "``X`` intact" (:mod:`mqcore.metadata.checked_file`), or
+whose ``X.bak`` was found damaged beside an intact ``X``:
 
 1. ``topics.json`` and ``subscriptionGroup.json`` are reconciled with the store's data
    (:mod:`mqcore.metadata.reconcile`): what the data shows and the loaded copy lacks is
@@ -9,7 +10,8 @@ For each file whose load was not "``X`` intact" (:mod:`mqcore.metadata.checked_f
    whose config directory was lost), so a broker never starts with its topics gone while
    their messages are on disk.
 2. A recovered file is rewritten at once (a new generation), so ``X`` is intact again and the
-   next start is clean; the damaged copy stays set aside as ``X.corrupt``.
+   next start is clean; the damaged copy stays set aside as ``X.corrupt``. A file whose
+   backup was damaged is rewritten too, so ``X.bak`` is again an intact copy.
 3. A :class:`ConfigRecovery` says which file, what was damaged, which copy was loaded, how far
    behind it was, what was re-created and with what, and what may still be missing. Its
    ``problem_id`` is stable for the same damage (the same files found in the same state), so a
@@ -24,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mqcore.metadata.checked_file import LoadOutcome
+from mqcore.metadata.checked_file import LoadOutcome, damage_phrase
 from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.reconcile import GroupFix, StoreEvidence, TopicFix, plan_groups, plan_topics
 
@@ -83,7 +85,7 @@ def recover_after_load(
     for manager in metadata.managers:
         name = manager.FILE_NAME
         outcome, made = outcomes[name], fixes.get(name, ())
-        if not outcome.recovered and not made:
+        if not outcome.recovered and not made and not outcome.damage:
             continue
         if not made:  # a restore already wrote the file
             _attempt(errors, name, manager.persist)
@@ -110,7 +112,18 @@ def _describe(
     write_error: str | None,
 ) -> ConfigRecovery:
     name = outcome.file_name
-    parts = [outcome.describe() if outcome.recovered else f"{name}: no copy and no record"]
+    if outcome.recovered:
+        parts = [outcome.describe()]
+    elif outcome.status == "intact":
+        damaged = "; ".join(damage_phrase(label, state) for label, state in outcome.damage)
+        parts = [
+            f"{name}: {damaged}; {name} itself is intact and was loaded, and was rewritten so "
+            f"that {name}.bak is an intact copy again"
+        ]
+        if outcome.set_aside:
+            parts.append(f"set aside {', '.join(outcome.set_aside)}")
+    else:
+        parts = [f"{name}: no copy and no record"]
     recreated = [f for f in fixes if not (isinstance(f, TopicFix) and f.widened_from)]
     widened = [f for f in fixes if isinstance(f, TopicFix) and f.widened_from]
     if recreated:

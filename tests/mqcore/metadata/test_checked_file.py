@@ -403,3 +403,14 @@ def test_sigkill_during_writes_always_leaves_an_intact_newest_copy(tmp_path: Pat
         assert outcome.value["n"] >= acknowledged
         found = inspect_file(path)
         assert found.backup.data is None or found.backup.version is not None
+
+
+def test_only_the_named_files_leftovers_when_another_process_may_write(tmp_path: Path) -> None:
+    names = ["topics.json.tmp", "topics.json.bak.tmp", "topics.json.sum.tmp"]
+    for name in [*names, "tieredStoreMetadata.json.tmp", "tieredStoreMetadata.json.bak.tmp"]:
+        (tmp_path / name).write_text("x")
+    assert remove_stale_temp_files(tmp_path, ["topics.json"]) == sorted(names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "tieredStoreMetadata.json.bak.tmp",
+        "tieredStoreMetadata.json.tmp",
+    ]

@@ -357,3 +357,20 @@ def test_check_reports_a_damaged_file_on_a_line_of_its_own(root: Path) -> None:
     assert "the next start would load topics.json.bak (generation" in defects[0]
     assert defects[1].startswith("defect: config: consumerOffset.json.bak does not match")
     assert "note: config: delayOffset.json.tmp: left by an interrupted write" in done.stdout
+
+
+@pytest.mark.parametrize("name", CONFIG_FILES)
+def test_a_damaged_backup_is_set_aside_replaced_and_reported(root: Path, name: str) -> None:
+    backup = Path(f"{config(root, name)}.bak")
+    DAMAGES["a digit (still parses)"](backup)
+    with started(root) as s:
+        recovery = only_recovery(s, name)
+        assert recovery.detail["loaded"] == name and recovery.detail["status"] == "intact"
+        assert recovery.summary.startswith(f"{name}: {name}.bak does not match its checksum")
+        assert f"{name} itself is intact and was loaded" in recovery.summary
+        assert recovery.detail["set_aside"] == [f"{name}.bak.corrupt"]
+        assert recovery.detail["recreated"] == []  # X is the newest: nothing to reconcile
+        assert [p.id for p in s.problems()] == [recovery.problem_id]
+    found = inspect_file(config(root, name))
+    assert found.main.version is not None and found.backup.version is not None
+    assert [f.text for f in check_config_dir(root / "config") if f.defect] == []
