@@ -47,6 +47,18 @@ _CONSEQUENCES = {
     "consumerFilter.json": "SQL92 filter data registered after it returns when consumers reconnect",
 }
 
+#: What starting a file empty (no copy could be loaded) means for users.
+_CONSEQUENCES_EMPTY = {
+    "topics.json": "topics holding no messages, and every topic setting but the queue counts, "
+    "are lost: check the topics",
+    "subscriptionGroup.json": "groups with no offsets, and every group setting, are lost: check "
+    "the groups",
+    "consumerOffset.json": "consumers start again where their consume-from setting says and may "
+    "receive messages again",
+    "delayOffset.json": "delayed messages still in the delay queues may be delivered again",
+    "consumerFilter.json": "SQL92 filter data returns when consumers reconnect",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class ConfigRecovery:
@@ -137,8 +149,10 @@ def _describe(
             "widened to the queues the data shows: " + _names([_fix_text(f) for f in widened])
         )
     behind = _behind(outcome)
-    if behind and name in _CONSEQUENCES:
-        parts.append(f"the copy loaded is older: {_CONSEQUENCES[name]}")
+    if behind and outcome.source is None:
+        parts.append(_CONSEQUENCES_EMPTY.get(name, "its content is lost"))
+    elif behind:
+        parts.append(f"the copy loaded is older: {_CONSEQUENCES.get(name, 'check it')}")
     also = _also_named(manager, outcome, fixes)
     if also:
         parts.append(
@@ -173,9 +187,10 @@ def _describe(
 
 
 def _behind(outcome: LoadOutcome[Any]) -> bool:
-    """Whether the copy loaded may be older than the newest committed version."""
+    """Whether the copy loaded may be older than the newest committed version (a "fresh"
+    file is described only when the store's data showed it had content)."""
     if outcome.status == "fresh":
-        return False
+        return True
     if outcome.generation is not None and outcome.newest_generation is not None:
         return outcome.generation < outcome.newest_generation
     return outcome.source != outcome.file_name
