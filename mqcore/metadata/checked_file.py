@@ -13,7 +13,7 @@ step  action                                      X       X.bak   X.sum lists
 ====  ==========================================  ======  ======  ===============
 -     before                                      N       N-1     N, N-1
 1     write ``X.tmp`` (N+1), fsync                N       N-1     N, N-1
-2     hard-link ``X`` to ``X.bak`` (atomic)       N       N       N, N-1
+2     hard-link ``X`` as ``X.bak.tmp``, rename    N       N       N, N-1
 3     write ``X.sum.tmp`` (N+1, N), fsync         N       N       N, N-1
 4     rename it over ``X.sum``, fsync the dir     N       N       N+1, N
 5     rename ``X.tmp`` over ``X``                 N+1     N       N+1, N
@@ -26,7 +26,10 @@ step 5 and is the newest *committed* version at every point (``N+1`` is acknowle
 after step 6). After step 4 the record lists ``N+1`` that ``X`` does not hold yet: that is an
 interrupted write, not damage (``X`` is ``N``, which is listed). The leftover ``X.tmp``,
 ``X.bak.tmp`` or ``X.sum.tmp`` are removed at the next start
-(:func:`remove_stale_temp_files`).
+(:func:`remove_stale_temp_files`), and a ``X.bak`` a crash left as a hard link to ``X``
+(steps 2 to 4: one inode, which one bad block would damage in both) is made a copy of its own.
+Cost: two fsyncs of files and two of the directory per write, against one and one before
+(a 200 KB ``topics.json``: about 16 ms instead of 8 ms on the test machine's disk).
 
 Loading (:meth:`CheckedFile.load`) reads the record and both copies; the **newest intact copy
 wins**: ``X`` if it matches a listed version, else ``X.bak`` if it does. With no intact copy,
