@@ -107,7 +107,7 @@ class BrokerRuntime:
 
         Raises:
             StoreLockedError: another broker holds the store.
-            StoreError: a config file and its backup are both unreadable.
+            OSError: a config file exists but cannot be read.
         """
         cfg = settings.CAIRN
         self.store_dir.mkdir(parents=True, exist_ok=True)
@@ -143,7 +143,7 @@ class BrokerRuntime:
                 broker_name=broker_config.broker_name or store_config.broker_name,
                 cluster_name=broker_config.cluster_name or store_config.cluster_name,
             )
-            self.metadata.load()
+            self.metadata.load(store)  # reconciles and reports a recovered config file
             self.tiered = self._open_tier(store, store_config)
             self.broker = Broker(
                 store, self.metadata, config=broker_config, clock=self.clock, reader=self.tiered

@@ -30,6 +30,7 @@ from typing import Any, NoReturn, TextIO
 from mqcore.clock import SystemClock
 from mqcore.errors import CorruptIndexError, MQError, ValidationError
 from mqcore.message import MessageExt
+from mqcore.metadata.check import check_config_dir
 from mqcore.store import queries
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.format import Blank, Valid, check_record, decode_record
@@ -321,6 +322,11 @@ class _ProgressPrinter:
 def _cmd_check(args: argparse.Namespace) -> int:
     root = _store_dir(args.store)
     report = check_store(root, _geometry(args), progress=_ProgressPrinter(not args.quiet))
+    for finding in check_config_dir(root / "config"):  # integrity of the config files
+        if finding.defect:
+            report.defect(f"config: {finding.text}")
+        else:
+            report.notes.append(f"config: {finding.text}")
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

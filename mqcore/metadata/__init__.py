@@ -11,17 +11,25 @@ file                       manager                                    written
 =========================  =========================================  ======================
 
 :class:`Metadata` owns one of each. Every file is written atomically with the previous version
-kept as ``X.bak`` and read back with a fallback to it (:mod:`mqcore.metadata.jsonfile`), so a
-crash at any moment loses nothing that was written. The periodic persists belong to the caller
-(a service step), as does the shutdown :meth:`Metadata.persist_all`.
+kept as ``X.bak`` and both recorded in an integrity record ``X.sum`` (SHA-256 and generation;
+RocketMQ's bytes are unchanged), and is loaded from its newest intact copy
+(:mod:`mqcore.metadata.checked_file`). :meth:`Metadata.load` also removes the ``*.tmp`` files
+interrupted writes left, and, when a file had to be recovered, re-creates what the store's data
+shows and the loaded copy lacks and reports it (:mod:`mqcore.metadata.recovery`). The periodic
+persists belong to the caller (a service step), as does the shutdown
+:meth:`Metadata.persist_all`.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+import logging
+import os
+from typing import TYPE_CHECKING, Any
 
 from mqcore.clock import Clock
+from mqcore.metadata.checked_file import remove_stale_temp_files
+from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.consumer_filter import (
     BloomFilterData,
     ConsumerFilterData,
@@ -32,10 +40,18 @@ from mqcore.metadata.delay_offsets import DelayOffsetManager, parse_delay_levels
 from mqcore.metadata.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from mqcore.metadata.jsonfile import StrPath
 from mqcore.metadata.offsets import ConsumerOffsetManager
+from mqcore.metadata.reconcile import StoreEvidence
+from mqcore.metadata.recovery import PROBLEM_KIND, ConfigRecovery, recover_after_load
 from mqcore.metadata.topics import TopicConfig, TopicConfigManager
+
+if TYPE_CHECKING:
+    from mqcore.store.store import MessageStore
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "BloomFilterData",
+    "ConfigRecovery",
     "ConsumerFilterData",
     "ConsumerFilterManager",
     "ConsumerOffsetManager",
@@ -102,23 +118,53 @@ class Metadata:
 
     def __init__(self, config_dir: StrPath, clock: Clock, **options: Any) -> None:
         routed = _route_options(options)
+        self.config_dir = os.fspath(config_dir)
         self.topics = TopicConfigManager(config_dir, clock, **routed["topics"])
         self.groups = SubscriptionGroupManager(config_dir, clock, **routed["groups"])
         self.offsets = ConsumerOffsetManager(config_dir, clock, **routed["offsets"])
         self.delay_offsets = DelayOffsetManager(config_dir, clock, **routed["delay_offsets"])
         self.filters = ConsumerFilterManager(config_dir, clock, **routed["filters"])
 
-    def load(self) -> None:
-        """Load every file (each falls back to its ``.bak``; a missing file is empty state).
+    @property
+    def managers(self) -> tuple[ConfigFileManager[Any], ...]:
+        """The five managers, in load order."""
+        return (self.topics, self.groups, self.offsets, self.delay_offsets, self.filters)
+
+    def load(self, store: MessageStore | None = None) -> list[ConfigRecovery]:
+        """Load every file from its newest intact copy, after removing leftover ``*.tmp``
+        files; then reconcile, rewrite and report what had to be recovered.
+
+        Args:
+            store: the open store these files belong to. Its ConsumeQueues are the evidence
+                for re-creating topics and groups a recovered file lacks, and each recovery
+                is reported to its health (``config_recovered``). Without it, recoveries are
+                reconciled with the offsets and subscriptions only, and only logged.
+
+        Returns:
+            One record per file that was recovered or rebuilt (empty on a clean start).
 
         Raises:
-            StoreError: a file and its backup are both unreadable.
+            OSError: a file exists but cannot be read or set aside.
         """
-        self.topics.load()
-        self.groups.load()
-        self.offsets.load()
-        self.delay_offsets.load()
-        self.filters.load()
+        # Standalone, this process is the only writer of the directory until its services
+        # start; beside a Celery worker, only our own files' leftovers are surely stale.
+        shared = store is not None and store.role != "standalone"
+        names = [manager.FILE_NAME for manager in self.managers]
+        remove_stale_temp_files(self.config_dir, names if shared else None)
+        outcomes = {manager.FILE_NAME: manager.load() for manager in self.managers}
+        evidence = StoreEvidence() if store is None else StoreEvidence.of(store)
+        recoveries = recover_after_load(self, outcomes, evidence)
+        for recovery in recoveries:
+            log.error("config recovered (%s): %s", recovery.problem_id, recovery.summary)
+            if store is None:
+                continue
+            try:
+                store.health.report(
+                    PROBLEM_KIND, recovery.problem_id, recovery.summary, recovery.detail
+                )
+            except OSError as exc:
+                log.error("could not record %s in the store's health: %s", recovery.problem_id, exc)
+        return recoveries
 
     def persist_all(self) -> None:
         """Write every file (at shutdown, or from a periodic step).

@@ -1,4 +1,5 @@
-"""What every config manager shares: one file, loaded with ``.bak`` fallback, written atomically.
+"""What every config manager shares: one file, written atomically with an integrity record and
+loaded from its newest intact copy (:mod:`mqcore.metadata.checked_file`).
 
 A manager keeps its state in memory and describes it with three pure steps, which this base
 class strings together for :meth:`load`, :meth:`persist`, :meth:`to_document` and
@@ -18,6 +19,7 @@ failed write leaves memory and disk as they were. High-rate state (offsets) chan
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -26,7 +28,10 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from mqcore.clock import Clock
-from mqcore.metadata.jsonfile import StrPath, atomic_write, load_with_backup, parse_document
+from mqcore.metadata.checked_file import CheckedFile, LoadOutcome
+from mqcore.metadata.jsonfile import StrPath, parse_document
+
+log = logging.getLogger(__name__)
 
 
 class ConfigFileManager[S](ABC):
@@ -36,6 +41,7 @@ class ConfigFileManager[S](ABC):
 
     def __init__(self, config_dir: StrPath, clock: Clock) -> None:
         self._path = os.path.join(os.fspath(config_dir), self.FILE_NAME)
+        self._file = CheckedFile(self._path)
         self._clock = clock
         self._write_lock = threading.Lock()
         self._lock = threading.RLock()
@@ -62,6 +68,23 @@ class ConfigFileManager[S](ABC):
     @abstractmethod
     def _install_locked(self, state: S) -> None: ...
 
+    def names_in(self, state: S) -> frozenset[str]:
+        """The names a state holds (topics, groups), to compare a damaged copy with the one
+        loaded; empty for files that are not tables of names."""
+        return frozenset()
+
+    def _restore_locked(self, state: S) -> None:
+        """Install a state rebuilt by recovery, writing it first; the caller holds both locks.
+
+        Unlike a user's change, the state is installed even when the write fails (a full
+        disk at start): data the store holds must be reachable, and the next write persists
+        it. The write error is raised after installing.
+        """
+        try:
+            self._write_locked(state)
+        finally:
+            self._install_locked(state)
+
     def _prepare_import_locked(self, state: S) -> S:
         """Adjust an imported state before it replaces the current one (e.g. bump the version)."""
         return state
@@ -75,25 +98,39 @@ class ConfigFileManager[S](ABC):
 
     def _write_locked(self, state: S) -> None:
         """Write ``state`` to the file; the caller holds ``_write_lock``."""
-        atomic_write(self._path, self._encode(state))
+        self._file.write(self._encode(state))
 
-    def load(self) -> bool:
-        """Replace the in-memory state with the file's (``X.bak`` if ``X`` is bad).
+    def load(self) -> LoadOutcome[S]:
+        """Replace the in-memory state with the file's newest intact copy.
+
+        A recovery (``X`` damaged or missing, the record damaged, no intact copy) is logged at
+        ERROR with what was damaged and what was loaded; the damaged files are set aside. The
+        caller (:meth:`mqcore.metadata.Metadata.load`) reconciles, persists and reports it.
 
         Returns:
-            True if a file was loaded, False if there was none (the state is then empty).
+            What was found and loaded (``value`` None: empty state).
 
         Raises:
-            StoreError: neither the file nor its backup can be read.
+            OSError: a file exists but cannot be read or set aside.
         """
         with self._write_lock:
-            state = load_with_backup(self._path, lambda raw: self._decode(raw, False))
+            outcome = self._file.load(lambda raw: self._decode(raw, False))
             with self._lock:
+                state = outcome.value
                 self._install_locked(self._empty_state() if state is None else state)
-        return state is not None
+        if outcome.recovered:
+            log.error("%s", outcome.describe())
+        elif outcome.damage:
+            log.warning(
+                "%s: loaded intact; but %s",
+                outcome.file_name,
+                "; ".join(f"{label} {state}" for label, state in outcome.damage),
+            )
+        return outcome
 
     def persist(self) -> None:
-        """Write the current state to the file (atomically, keeping the previous one as .bak).
+        """Write the current state to the file (atomically, keeping the previous one as .bak
+        and recording both in the integrity record).
 
         Raises:
             OSError: the write failed; the file is unchanged.

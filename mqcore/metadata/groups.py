@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import builtins
 import copy
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -390,6 +390,22 @@ class SubscriptionGroupManager(ConfigFileManager[_GroupsState]):
             table.setdefault(group, {})[topic] = mask
             self._commit_locked(forbidden=table)
         return mask
+
+    def restore(self, configs: Iterable[SubscriptionGroupConfig]) -> None:
+        """Put groups rebuilt from the store's data (``mqcore.metadata.reconcile``) into the
+        table as one change, replacing entries of the same name. Recovery only: no rule is
+        checked, and the groups are installed even if the write fails.
+
+        Raises:
+            OSError: the write failed (the groups are in memory all the same).
+        """
+        with self._changing():
+            table = {**self._table, **{c.group_name: c for c in configs}}
+            state = _GroupsState(table, self._forbidden, self._version.next_version(self._clock))
+            self._restore_locked(state)
+
+    def names_in(self, state: _GroupsState) -> frozenset[str]:
+        return frozenset(state.table)
 
     # -- internals ----------------------------------------------------------------------------
 

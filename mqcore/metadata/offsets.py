@@ -129,6 +129,14 @@ class ConsumerOffsetManager(ConfigFileManager[_OffsetsState]):
         with self._lock:
             return dict(self._table.get(offset_key(topic, group), {}))
 
+    def committed_queues(self) -> dict[tuple[str, str], frozenset[int]]:
+        """``(topic, group) → queue ids`` with a committed offset (malformed keys left out)."""
+        with self._lock:
+            items = [
+                (split_offset_key(key), frozenset(queues)) for key, queues in self._table.items()
+            ]
+        return {pair: queues for pair, queues in items if pair is not None}
+
     def groups_of_topic(self, topic: str) -> list[str]:
         """Groups with offsets on ``topic``, sorted."""
         with self._lock:

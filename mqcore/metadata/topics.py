@@ -32,7 +32,7 @@ Crash behaviour: that of :func:`~mqcore.metadata.jsonfile.atomic_write`.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -278,6 +278,7 @@ class TopicConfigManager(ConfigFileManager[_TopicsState]):
         validate_topic_name(cluster_name, "cluster_name")
         validate_topic_name(broker_name, "broker_name")
         self._auto_create_topic_enable = auto_create_topic_enable
+        self._default_topic_queue_nums = default_topic_queue_nums
         self._system_defaults = _system_topics(
             cluster_name,
             broker_name,
@@ -304,6 +305,11 @@ class TopicConfigManager(ConfigFileManager[_TopicsState]):
     def data_version(self) -> DataVersion:
         with self._lock:
             return self._version
+
+    @property
+    def default_queue_nums(self) -> int:
+        """Queue count of a topic created with no count given (``defaultTopicQueueNums``)."""
+        return self._default_topic_queue_nums
 
     def is_system_topic(self, name: str) -> bool:
         """True for the broker's own topics (spec 8.2): they cannot be deleted or created."""
@@ -439,6 +445,21 @@ class TopicConfigManager(ConfigFileManager[_TopicsState]):
             )
             self._commit_locked({**self._table, name: config})
         return config
+
+    def restore(self, configs: Iterable[TopicConfig]) -> None:
+        """Put topics rebuilt from the store's data (``mqcore.metadata.reconcile``) into the
+        table as one change, replacing entries of the same name. Recovery only: no rule is
+        checked, and the topics are installed even if the write fails.
+
+        Raises:
+            OSError: the write failed (the topics are in memory all the same).
+        """
+        with self._changing():
+            table = {**self._table, **{c.topic_name: c for c in configs}}
+            self._restore_locked(_TopicsState(table, self._version.next_version(self._clock)))
+
+    def names_in(self, state: _TopicsState) -> frozenset[str]:
+        return frozenset(state.table)
 
     # -- internals ----------------------------------------------------------------------------
 

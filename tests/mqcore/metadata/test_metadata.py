@@ -20,13 +20,12 @@ def test_load_persist_and_reload(config_dir: Path, clock: FakeClock) -> None:
     meta.offsets.commit("workers", "Orders", 2, 99)
     meta.delay_offsets.update(3, 12)
     meta.persist_all()
-    assert sorted(p.name for p in config_dir.iterdir() if not p.name.endswith(".bak")) == [
-        "consumerFilter.json",
-        "consumerOffset.json",
-        "delayOffset.json",
-        "subscriptionGroup.json",
-        "topics.json",
-    ]
+    names = ["consumerFilter.json", "consumerOffset.json", "delayOffset.json"]
+    names += ["subscriptionGroup.json", "topics.json"]
+    # Each file X beside its integrity record X.sum (and X.bak once written twice).
+    assert sorted(p.name for p in config_dir.iterdir() if not p.name.endswith(".bak")) == sorted(
+        names + [f"{name}.sum" for name in names]
+    )
     again = Metadata(config_dir, clock, cluster_name="c1", broker_name="b1")
     again.load()
     assert again.topics.require("Orders").read_queue_nums == 4

@@ -9,7 +9,7 @@ import pytest
 
 from mqcore.clock import FakeClock
 from mqcore.errors import ConflictError, NotFoundError, ValidationError
-from mqcore.metadata import config_file
+from mqcore.metadata import checked_file
 from mqcore.metadata.jsonfile import loads_fastjson
 from mqcore.metadata.topics import (
     PERM_INHERIT,
@@ -211,10 +211,10 @@ def test_a_failed_write_changes_nothing(
 ) -> None:
     topics = manager(config_dir, clock)
 
-    def disk_full(path: object, text: str) -> None:
+    def disk_full(path: object, data: bytes) -> str:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(config_file, "atomic_write", disk_full)
+    monkeypatch.setattr(checked_file, "write_temp", disk_full)
     with pytest.raises(OSError):
         topics.create(TopicConfig("Orders"))
     assert topics.get("Orders") is None
