@@ -195,7 +195,7 @@ class Broker(BrokerAdmin):
                 "cluster_name": (config and config.cluster_name) or store.config.cluster_name,
             }
             metadata = Metadata(Path(root) / "config", clock, **(names | metadata_options))
-            metadata.load()
+            metadata.load(store)
             broker = cls(store, metadata, config=config, clock=clock)
         except BaseException:
             store.close()
