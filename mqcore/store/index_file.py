@@ -18,9 +18,11 @@ RocketMQ's ``IndexFile`` (spec/store-format.md section 4). Its size is fixed whe
     32     4     hash_slot_count
     36     4     index_count (starts at 1)
 
-With RocketMQ's defaults (5,000,000 slots, 20,000,000 entries) the file is 420,000,040 bytes. It is
-created sparse (``ftruncate``), so a fresh file costs no disk until entries are written: each put
-dirties one 4 KiB page of the 20 MB slot table at random and appends 20 bytes to the entry area.
+With RocketMQ's defaults (5,000,000 slots, 20,000,000 entries) the file is 420,000,040 bytes. Each
+put dirties one 4 KiB page of the 20 MB slot table at random and appends 20 bytes to the entry
+area. Its blocks are reserved (``posix_fallocate``, ``space.py``) when it is created, and by the
+first put after it is opened again, before anything is written through the mapping: a write
+into a hole on a full disk is a SIGBUS, a failed reservation a ``DiskFullError`` (reput pauses).
 
 Slot ``key_hash % hash_slots`` holds the index of the newest entry whose key falls in that slot
 (0 = empty); each entry's ``prev_index`` links to the previous entry of the same slot, so a slot
@@ -70,7 +72,7 @@ from itertools import accumulate
 from typing import Final
 
 from mqcore.errors import CorruptIndexError, StoreClosedError, StoreNotWritableError
-from mqcore.store import index_bulk, libc
+from mqcore.store import index_bulk, libc, space
 from mqcore.store.hashing import index_key_hash
 
 __all__ = [
@@ -188,6 +190,8 @@ class IndexFile:
             self._index_count = _FIRST_INDEX
         self._readonly = readonly
         self._writable = not readonly
+        #: Every block of the file is allocated (set by create, or by the first put).
+        self._reserved = False
         # Reference counting for readers (RocketMQ ReferenceResource).
         self._ref_lock = threading.Lock()
         self._refs = 0
@@ -206,7 +210,7 @@ class IndexFile:
         prev_end_phys_offset: int = 0,
         prev_end_timestamp: int = 0,
     ) -> IndexFile:
-        """Create a new, sparse, empty index file and map it read-write.
+        """Create a new, empty index file with its blocks reserved and map it read-write.
 
         Args:
             path: the file to create; it must not exist.
@@ -222,6 +226,7 @@ class IndexFile:
         Raises:
             ValueError: dimensions too small.
             FileExistsError: ``path`` exists.
+            DiskFullError: no space for its blocks (the file is deleted again).
             OSError: the file cannot be created or mapped.
         """
         _check_dimensions(hash_slots, max_entries)
@@ -229,6 +234,7 @@ class IndexFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, size)
+            space.reserve(fd, 0, size, path)  # DiskFullError: no file is left behind
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
         except BaseException:
             os.close(fd)
@@ -241,7 +247,9 @@ class IndexFile:
         # RocketMQ leaves index_count 0 on disk until the first put or flush; both read as 1.
         # Writing the full header now gives the bytes RocketMQ has after its first flush.
         _pack_header(mm, 0, *header)
-        return cls(path, mm, hash_slots, max_entries, header, readonly=False)
+        created = cls(path, mm, hash_slots, max_entries, header, readonly=False)
+        created._reserved = True
+        return created
 
     @classmethod
     def open(
@@ -413,12 +421,16 @@ class IndexFile:
 
         Raises:
             StoreNotWritableError: the file is read-only.
+            DiskFullError: a file opened again found no space for its blocks (nothing
+                written; the next put tries again).
             StoreClosedError: the file is closed.
 
         Single writer only.
         """
         if not self._writable:
             self._raise_not_writable()
+        if not self._reserved:
+            self._reserve()
         index = self._index_count
         stop = min(len(key_hashes), start + self._max_entries - index)
         if stop <= start:
@@ -507,6 +519,16 @@ class IndexFile:
         self._end_timestamp = int(time_array[-1])
         self._write_header()
         return True
+
+    def _reserve(self) -> None:
+        """Allocate every block of a file opened again (module docstring); cheap where they
+        exist already, and it then succeeds on a full disk too."""
+        fd = os.open(self._path, os.O_RDWR)
+        try:
+            space.reserve(fd, 0, os.fstat(fd).st_size, self._path)
+        finally:
+            os.close(fd)
+        self._reserved = True
 
     def _raise_not_writable(self) -> None:
         if not self._available:
