@@ -20,9 +20,12 @@ RocketMQ's ``IndexFile`` (spec/store-format.md section 4). Its size is fixed whe
 
 With RocketMQ's defaults (5,000,000 slots, 20,000,000 entries) the file is 420,000,040 bytes. Each
 put dirties one 4 KiB page of the 20 MB slot table at random and appends 20 bytes to the entry
-area. Its blocks are reserved (``posix_fallocate``, ``space.py``) when it is created, and by the
-first put after it is opened again, before anything is written through the mapping: a write
-into a hole on a full disk is a SIGBUS, a failed reservation a ``DiskFullError`` (reput pauses).
+area. Its blocks are reserved (``posix_fallocate``, ``space.py``) before anything is written
+through the mapping: a write into a hole on a full disk is a SIGBUS, a failed reservation a
+``DiskFullError`` (reput pauses). The header and the slot table (written at random) are
+reserved when the file is created (or by the first put after it is opened again), the entry
+area ``ENTRY_RESERVE_BYTES`` at a time ahead of ``index_count`` (one comparison per batch), so
+a fresh file takes 20 MB of disk, not 420 MB.
 
 Slot ``key_hash % hash_slots`` holds the index of the newest entry whose key falls in that slot
 (0 = empty); each entry's ``prev_index`` links to the previous entry of the same slot, so a slot
@@ -77,6 +80,7 @@ from mqcore.store.hashing import index_key_hash
 
 __all__ = [
     "ENTRY",
+    "ENTRY_RESERVE_BYTES",
     "HEADER",
     "HEADER_FIELD_OFFSETS",
     "ENTRY_FIELD_OFFSETS",
@@ -128,6 +132,14 @@ MAX_TIME_DIFF: Final = 2**31 - 1  # Java Integer.MAX_VALUE
 _FIRST_INDEX: Final = 1
 _SLOT_SIZE: Final = SLOT.size
 _ENTRY_SIZE: Final = ENTRY.size
+#: Disk blocks of the entry area reserved at a time (~210,000 entries; module docstring).
+ENTRY_RESERVE_BYTES: Final = 4 << 20
+
+
+def _entry_area(hash_slots: int) -> int:
+    """Where the entry area starts: after the header and the slot table."""
+    return HEADER.size + hash_slots * SLOT.size
+
 
 # Bound methods: put_key runs ~10^5-10^6 times a second, and an attribute lookup saved per
 # call is measurable there.
@@ -190,8 +202,8 @@ class IndexFile:
             self._index_count = _FIRST_INDEX
         self._readonly = readonly
         self._writable = not readonly
-        #: Every block of the file is allocated (set by create, or by the first put).
-        self._reserved = False
+        #: Bytes from the start whose blocks are allocated (0 until create or the first put).
+        self._reserved_end = 0
         # Reference counting for readers (RocketMQ ReferenceResource).
         self._ref_lock = threading.Lock()
         self._refs = 0
@@ -234,7 +246,8 @@ class IndexFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, size)
-            space.reserve(fd, 0, size, path)  # DiskFullError: no file is left behind
+            reserved = min(size, _entry_area(hash_slots) + ENTRY_RESERVE_BYTES)
+            space.reserve(fd, 0, reserved, path)  # DiskFullError: no file is left behind
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
         except BaseException:
             os.close(fd)
@@ -248,7 +261,7 @@ class IndexFile:
         # Writing the full header now gives the bytes RocketMQ has after its first flush.
         _pack_header(mm, 0, *header)
         created = cls(path, mm, hash_slots, max_entries, header, readonly=False)
-        created._reserved = True
+        created._reserved_end = reserved
         return created
 
     @classmethod
@@ -429,12 +442,13 @@ class IndexFile:
         """
         if not self._writable:
             self._raise_not_writable()
-        if not self._reserved:
-            self._reserve()
         index = self._index_count
         stop = min(len(key_hashes), start + self._max_entries - index)
         if stop <= start:
             return 0
+        entries_end = self._entry_base + (index + stop - start) * _ENTRY_SIZE
+        if entries_end > self._reserved_end:
+            self._reserve_to(entries_end)
         if index <= _FIRST_INDEX and stop - start > index_bulk.BULK_MIN:
             # A new file's first entry sets its begin fields (every later time diff depends
             # on them): that one through the loop, the rest in bulk.
@@ -520,15 +534,24 @@ class IndexFile:
         self._write_header()
         return True
 
-    def _reserve(self) -> None:
-        """Allocate every block of a file opened again (module docstring); cheap where they
-        exist already, and it then succeeds on a full disk too."""
+    def _reserve_to(self, entries_end: int) -> None:
+        """Allocate the blocks up to ``entries_end`` and ``ENTRY_RESERVE_BYTES`` past it
+        (module docstring): from the start for a file opened again (the slot table is
+        written anywhere; blocks it has already cost nothing more, even on a full disk).
+
+        Raises:
+            DiskFullError: no space for them (nothing written; the next put tries again).
+        """
+        size = len(self._mm)
+        done = self._reserved_end
+        start = done - done % mmap.PAGESIZE
+        target = min(size, entries_end + ENTRY_RESERVE_BYTES)
         fd = os.open(self._path, os.O_RDWR)
         try:
-            space.reserve(fd, 0, os.fstat(fd).st_size, self._path)
+            space.reserve(fd, start, target - start, self._path)
         finally:
             os.close(fd)
-        self._reserved = True
+        self._reserved_end = target
 
     def _raise_not_writable(self) -> None:
         if not self._available:

@@ -54,6 +54,7 @@ finds no space for its first chunk deletes the file again before raising.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -80,6 +81,8 @@ FLUSH_PAGE_BYTES = 4096
 
 #: ``mmap.flush`` needs an offset aligned to the real page size (16 KiB on some arm64).
 _MSYNC_ALIGN_BYTES = mmap.PAGESIZE
+#: ``nonzero_end`` reads this much at a time, backwards.
+_SCAN_BYTES = 1 << 20
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
@@ -328,8 +331,8 @@ class MappedFile:
         """Copy ``data`` at ``pos`` without moving any position.
 
         Zeros written past the reserved mark on a full disk (recovery clearing a torn
-        tail) are written only into pages that hold something: a page that reads as zeros
-        already needs no block and no write.
+        tail) are written only where the file holds data (``SEEK_DATA``): a hole reads as
+        zeros already and needs no block, and touching it through the mapping could fault.
 
         Raises:
             ValueError: the range leaves the file.
@@ -347,9 +350,44 @@ class MappedFile:
             except DiskFullError:
                 if src.tobytes().count(0) != src.nbytes:  # not only zeros
                     raise
-                _zero_pages_holding_data(mm, pos, end)
+                self._zero_data_ranges(mm, pos, end)
                 return
         mm[pos:end] = src
+
+    def _zero_data_ranges(self, mm: mmap.mmap, start: int, end: int) -> None:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            ranges = _data_ranges(fd, start, end)
+        finally:
+            os.close(fd)
+        for data, hole in ranges:  # these pages have their blocks: writing cannot fault
+            mm[data:hole] = bytes(hole - data)
+
+    def nonzero_end(self, start: int) -> int:
+        """Where the non-zero bytes of ``[start, file_size)`` end (``start`` if there are
+        none): the end of a torn tail, for recovery. Thread-safe.
+
+        Reads with ``pread`` only the ranges the file system holds data in (``SEEK_DATA``),
+        never through the mapping: reading a hole through a shared mapping of a tmpfs file
+        allocates a page, which on a full tmpfs is a SIGBUS, and over a 1 GiB segment it
+        would pull the whole segment into memory (issue 17).
+
+        Raises:
+            OSError: the file cannot be read.
+        """
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for data, hole in reversed(_data_ranges(fd, start, self.file_size)):
+                end = hole
+                while end > data:
+                    piece_start = max(data, end - _SCAN_BYTES)
+                    piece = os.pread(fd, end - piece_start, piece_start).rstrip(b"\0")
+                    if piece:
+                        return piece_start + len(piece)
+                    end = piece_start
+            return start
+        finally:
+            os.close(fd)
 
     def reserve_to(self, end: int) -> None:
         """Make sure every page below ``end`` has its disk blocks (module docstring).
@@ -623,14 +661,21 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
-def _zero_pages_holding_data(mm: mmap.mmap, start: int, end: int) -> None:
-    """Make ``[start, end)`` of ``mm`` read as zeros, writing only pages that hold a
-    non-zero byte: those have their blocks; a page reading as zeros may be a hole, and
-    writing into a hole on a full disk would be the SIGBUS reservation exists to avoid.
-    Reading a hole maps the shared zero page and allocates nothing."""
+def _data_ranges(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The ``[data, hole)`` ranges of ``fd`` within ``[start, end)`` (``SEEK_DATA`` /
+    ``SEEK_HOLE``), or the whole range where the file system cannot tell."""
+    ranges: list[tuple[int, int]] = []
     pos = start
     while pos < end:
-        stop = min(end, pos - pos % mmap.PAGESIZE + mmap.PAGESIZE)
-        if mm[pos:stop].count(0) != stop - pos:
-            mm[pos:stop] = bytes(stop - pos)
-        pos = stop
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after pos
+                break
+            return [(start, end)]  # EINVAL: the file system does not say
+        if data >= end:
+            break
+        hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+        ranges.append((data, hole))
+        pos = hole
+    return ranges
