@@ -88,8 +88,8 @@ class SegmentPolicy:
         age_ms = self.now_ms - mapped.last_modified_ms
         end = mapped.base_offset + mapped.wrote_position
         facts: dict[str, Any] = {
-            "age_hours": round(age_ms / HOUR_MS, 2),
-            "retention_hours": round(self.retention_ms / HOUR_MS, 2),
+            "age_hours": round(age_ms / HOUR_MS, 4),
+            "retention_hours": round(self.retention_ms / HOUR_MS, 4),
             "disk_usage": self.usage,
             "under_pressure": self.pressure,
         }

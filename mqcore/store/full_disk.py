@@ -12,8 +12,9 @@ find no space fall in three kinds:
 * **Small files that only save work** (checkpoint, ``services/store.json``): skipped with a
   warning (:func:`quietly`); the next write or start makes up for them.
 * **The ``abort`` marker**, whose absence means "the last run exited cleanly, skip the
-  rescan": if it cannot be written and none is left from the last run, puts are refused
-  (a crash now would lose the rescan) until a put's retry writes it (:func:`write_abort`).
+  rescan": its existence is the mark, so a file created empty (an inode, no block) will do;
+  if even that fails (no inode left), puts are refused (a crash now would lose the rescan)
+  until a put's retry writes it (:func:`write_abort`).
 
 While any of these (or the disk guard, or an append) refuses puts for lack of space, the
 health shows the condition ``disk-full``: "disk full: puts refused (93% used)"
@@ -154,8 +155,8 @@ def write_abort(store: MessageStore) -> bool:
     except OSError as exc:
         if not space.is_disk_full(exc):
             raise
-        if abort.exists():
-            log.warning("store %s: abort marker left as it was: disk full", store.root)
+        if abort.exists():  # its existence is the mark; an empty one (no block) will do
+            log.warning("store %s: abort marker written without its pid: disk full", store.root)
             return True
         reason = f"disk full: cannot write the abort marker ({exc.strerror})"
         store.set_writable(False, reason, source="abort")

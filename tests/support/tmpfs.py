@@ -20,13 +20,15 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @contextmanager
-def mounted_tmpfs(directory: Path, size_bytes: int) -> Iterator[Path]:
-    """``directory`` with a fresh tmpfs of ``size_bytes`` mounted on it for the block;
-    skips the test when mounting is impossible (not root, no ``mount``)."""
+def mounted_tmpfs(directory: Path, size_bytes: int, *options: str) -> Iterator[Path]:
+    """``directory`` with a fresh tmpfs of ``size_bytes`` (and mount ``options``, e.g.
+    ``nr_inodes=64``) mounted on it for the block; skips the test when mounting is
+    impossible (not root, no ``mount``)."""
     directory.mkdir(parents=True, exist_ok=True)
+    opts = ",".join([f"size={size_bytes}", *options])
     try:
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(directory)],
+            ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(directory)],
             capture_output=True,
             text=True,
             timeout=30,
