@@ -32,7 +32,9 @@ any other ``MQError``                                   500     ``internal``
 A store that refuses writes (``StoreNotWritableError``: disk full, read-only start) answers
 503 with ``"code": "SERVICE_NOT_AVAILABLE"`` (RocketMQ's status for it), the store's reason as
 ``detail`` ("disk full: the CommitLog partition is 93% used ...") and ``Retry-After: 1``:
-the refusal lifts by itself once space is freed.
+the refusal lifts by itself once space is freed. So does any other write that finds the disk
+full (``OSError`` ``ENOSPC``/``EDQUOT``: a config file, a topic created): "disk full: ...",
+never a 500.
 
 Exceptions that are none of these propagate (a real bug is a 500 with Django's logging).
 """
@@ -48,6 +50,7 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from mqcore import errors as mq
+from mqcore.store.space import is_disk_full
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 _TYPE_PREFIX = "urn:cairn:problem:"
@@ -121,6 +124,13 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         view = context.get("view")
         aliases = {**_FIELD_ALIASES, **getattr(view, "mq_field_aliases", {})}
         response = _from_mq(exc, aliases)
+    elif is_disk_full(exc):
+        detail = f"disk full: {exc} (SERVICE_NOT_AVAILABLE)"
+        errors = [{"field": "broker", "rule": "not_available", "detail": detail}]
+        response = problem(
+            503, "unavailable", "Broker not available", detail, errors,
+            {"Retry-After": "1"}, code="SERVICE_NOT_AVAILABLE",
+        )  # fmt: skip
     else:
         if isinstance(exc, Http404):
             exc = drf.NotFound(*exc.args)

@@ -72,6 +72,7 @@ from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.service_lock import ServiceLock
+from mqcore.store.space import is_disk_full
 from mqcore.tiered.config import BACKENDS, TieredConfig, tiered_config_from_env
 from mqcore.tiered.storage import TieredStorage, make_backend
 from mqcore.tiered.tiered_store import TieredMessageStore
@@ -286,7 +287,16 @@ class BrokerRuntime:
             loop.stop()
         self.loops = []
         if self.broker is not None:
-            self.broker.stop()
+            try:
+                self.broker.stop()
+            except OSError as exc:  # the store must still close (flush, checkpoint, unlock)
+                if not is_disk_full(exc):
+                    raise
+                log.error(
+                    "consumer offsets not saved at stop, disk full (%s): consumers re-read "
+                    "from the last saved offsets (at most %.0f s of progress)",
+                    exc, offsets_persist.DEFAULT_INTERVAL_S,
+                )  # fmt: skip
             self.broker = None
         if self.metadata is not None:
             self.metadata = None
