@@ -17,7 +17,7 @@ live offset tables (:func:`mqcore.services.consumed.committed_of`) and records e
 file it deletes in the audit log (action ``store.segment.delete``, user ``cleanup``, the
 file's offset range in ``old`` and why in ``new``), through :meth:`BrokerRuntime.audit_deletion`.
 In Celery mode the workers delete and journal the deletions in the store
-(``mqcore.services.deletions``); the runtime's ``audit_journal`` loop moves them into the
+(``mqcore.services.deletions``); the runtime's ``deletion_journal`` loop moves them into the
 audit log every few seconds (and once at start, for anything left by an earlier run).
 
 Tiered storage (spec 10, ``CAIRN_TIERED_BACKEND`` = ``posix`` or ``memory``; ``none`` by
@@ -230,7 +230,7 @@ class BrokerRuntime:
         self._drain_deletions(store)  # journaled by workers, or by an earlier run
         loops += [
             ServiceLoop(
-                "audit_journal",
+                "deletion_journal",
                 lambda: self._drain_deletions(store),
                 AUDIT_JOURNAL_INTERVAL_S,
             ),
@@ -255,7 +255,7 @@ class BrokerRuntime:
 
     def audit_deletion(self, deletion: deletions.Deletion) -> None:
         """Record a CommitLog file deleted by cleanup in the audit log. Called on the
-        cleanup and ``audit_journal`` threads (each has its own database connection).
+        cleanup and ``deletion_journal`` threads (each has its own database connection).
 
         Raises:
             Exception: the database refused it (the caller logs it; the deletion was logged
@@ -275,7 +275,7 @@ class BrokerRuntime:
 
     def _drain_deletions(self, store: MessageStore) -> StepResult:
         count = deletions.drain_journal(store.root, self.audit_deletion)
-        return StepResult("audit_journal", progressed=False, detail={"recorded": count})
+        return StepResult("deletion_journal", progressed=False, detail={"recorded": count})
 
     def stop(self) -> None:
         """Stop the services, the broker (wakes long polls, persists offsets), then close the

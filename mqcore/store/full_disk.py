@@ -132,6 +132,11 @@ def quietly(write: Callable[[], object], what: str) -> bool:
     return True
 
 
+def flush_checkpoint(store: MessageStore) -> None:
+    """Write the checkpoint; it only shortens the next recovery, so a full disk skips it."""
+    quietly(store.checkpoint.flush, f"store {store.root}: checkpoint not written")
+
+
 def write_abort(store: MessageStore) -> bool:
     """Write ``<root>/abort`` with this process's pid (the previous one kept as
     ``abort.bak``): the mark of a store open for writing, which makes the next start

@@ -54,7 +54,6 @@ finds no space for its first chunk deletes the file again before raising.
 
 from __future__ import annotations
 
-import errno
 import logging
 import mmap
 import os
@@ -81,8 +80,6 @@ FLUSH_PAGE_BYTES = 4096
 
 #: ``mmap.flush`` needs an offset aligned to the real page size (16 KiB on some arm64).
 _MSYNC_ALIGN_BYTES = mmap.PAGESIZE
-#: ``nonzero_end`` reads this much at a time, backwards.
-_SCAN_BYTES = 1 << 20
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
@@ -355,39 +352,18 @@ class MappedFile:
         mm[pos:end] = src
 
     def _zero_data_ranges(self, mm: mmap.mmap, start: int, end: int) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            ranges = _data_ranges(fd, start, end)
-        finally:
-            os.close(fd)
-        for data, hole in ranges:  # these pages have their blocks: writing cannot fault
+        for data, hole in space.data_ranges(self.path, start, end):  # blocks: cannot fault
             mm[data:hole] = bytes(hole - data)
 
     def nonzero_end(self, start: int) -> int:
         """Where the non-zero bytes of ``[start, file_size)`` end (``start`` if there are
-        none): the end of a torn tail, for recovery. Thread-safe.
-
-        Reads with ``pread`` only the ranges the file system holds data in (``SEEK_DATA``),
-        never through the mapping: reading a hole through a shared mapping of a tmpfs file
-        allocates a page, which on a full tmpfs is a SIGBUS, and over a 1 GiB segment it
-        would pull the whole segment into memory (issue 17).
+        none): the end of a torn tail, for recovery. Read from the file's data ranges with
+        ``pread``, never through the mapping (``space.nonzero_end`` says why). Thread-safe.
 
         Raises:
             OSError: the file cannot be read.
         """
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            for data, hole in reversed(_data_ranges(fd, start, self.file_size)):
-                end = hole
-                while end > data:
-                    piece_start = max(data, end - _SCAN_BYTES)
-                    piece = os.pread(fd, end - piece_start, piece_start).rstrip(b"\0")
-                    if piece:
-                        return piece_start + len(piece)
-                    end = piece_start
-            return start
-        finally:
-            os.close(fd)
+        return space.nonzero_end(self.path, start, self.file_size)
 
     def reserve_to(self, end: int) -> None:
         """Make sure every page below ``end`` has its disk blocks (module docstring).
@@ -659,23 +635,3 @@ def _unlink_quietly(path: Path) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def _data_ranges(fd: int, start: int, end: int) -> list[tuple[int, int]]:
-    """The ``[data, hole)`` ranges of ``fd`` within ``[start, end)`` (``SEEK_DATA`` /
-    ``SEEK_HOLE``), or the whole range where the file system cannot tell."""
-    ranges: list[tuple[int, int]] = []
-    pos = start
-    while pos < end:
-        try:
-            data = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # no data after pos
-                break
-            return [(start, end)]  # EINVAL: the file system does not say
-        if data >= end:
-            break
-        hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
-        ranges.append((data, hole))
-        pos = hole
-    return ranges

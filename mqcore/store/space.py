@@ -30,6 +30,11 @@ Blocks reserved and released: a reservation that fails part-way may leave some b
 allocated (ext4); they belong to the file and go with it. Reserving blocks a file already
 has costs nothing more and succeeds on a full disk.
 
+Reading a hole is no safer on tmpfs: a read fault on a hole of a *shared mapping* of a
+tmpfs file allocates a page too (``read()`` on the file does not), so on a full tmpfs it is a
+SIGBUS as well. Code that must look at a file's unwritten tail (recovery looking for a torn
+tail) reads its data ranges with ``pread`` (:func:`data_ranges`, :func:`nonzero_end`).
+
 Thread-safety: the functions are stateless.
 """
 
@@ -39,6 +44,7 @@ import errno
 import logging
 import math
 import os
+from pathlib import Path
 
 from mqcore.errors import DiskFullError
 
@@ -50,6 +56,8 @@ DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: go unreserved, as before reservation existed; logged once per process.
 _UNSUPPORTED_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.ENOSYS})
 _warned_unsupported = False
+#: :func:`nonzero_end` reads this much at a time, backwards.
+_SCAN_BYTES = 1 << 20
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -126,3 +134,56 @@ def usage_ratio(path: str) -> float:
     if used + usable <= 0:
         return 0.0
     return math.ceil(used * 100 / (used + usable)) / 100
+
+
+def data_ranges(path: str | os.PathLike[str], start: int, end: int) -> list[tuple[int, int]]:
+    """The ``[data, hole)`` ranges of the file within ``[start, end)`` (``SEEK_DATA`` /
+    ``SEEK_HOLE``), or the whole range where the file system cannot tell. Blocks reserved
+    but never written may count as data (tmpfs) or as a hole (ext4): both read as zeros.
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ranges: list[tuple[int, int]] = []
+        pos = start
+        while pos < end:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data after pos
+                    break
+                return [(start, end)]  # EINVAL: the file system does not say
+            if data >= end:
+                break
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+            ranges.append((data, hole))
+            pos = hole
+        return ranges
+    finally:
+        os.close(fd)
+
+
+def nonzero_end(path: Path | str, start: int, end: int) -> int:
+    """Where the non-zero bytes of ``[start, end)`` of the file end (``start`` if there are
+    none), reading only its data ranges, with ``pread``, backwards: never a hole through a
+    mapping (module docstring), and not a 1 GiB segment into memory to find a few bytes.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    ranges = data_ranges(path, start, end)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for data, hole in reversed(ranges):
+            stop = hole
+            while stop > data:
+                piece_start = max(data, stop - _SCAN_BYTES)
+                piece = os.pread(fd, stop - piece_start, piece_start).rstrip(b"\0")
+                if piece:
+                    return piece_start + len(piece)
+                stop = piece_start
+        return start
+    finally:
+        os.close(fd)

@@ -251,13 +251,9 @@ class MessageStore:
         self._rebuild_queue_offsets()
         full_disk.pause_dispatch(self, stall)  # if the disk was full: reput goes on later
         self.queues.clean_expired(self.commit_log.min_offset)
-        self._flush_checkpoint_quietly()
+        full_disk.flush_checkpoint(self)
         full_disk.write_abort(self)
         self._publish_standalone(last_exit_ok)
-
-    def _flush_checkpoint_quietly(self) -> None:
-        """The checkpoint only shortens the next recovery: a full disk skips it (logged)."""
-        full_disk.quietly(self.checkpoint.flush, f"store {self.root}: checkpoint not written")
 
     def _publish_standalone(self, last_exit_ok: bool) -> None:
         progress = self.progress
@@ -306,7 +302,7 @@ class MessageStore:
                 pass
             self.index.flush()
             self._update_checkpoint_times()
-            self._flush_checkpoint_quietly()
+            full_disk.flush_checkpoint(self)
         caught_up = self.reput_offset >= self.commit_log.max_offset
         self._open = False
         roles.close_retired(self)
@@ -422,18 +418,16 @@ class MessageStore:
     def _refused(
         self, msgs: Sequence[Message], queue_id: int, exc: DiskFullError | None = None
     ) -> list[PutResult]:
-        """SERVICE_NOT_AVAILABLE for every message; ``exc``: refuse for space from now."""
+        """SERVICE_NOT_AVAILABLE, with why, for each message; ``exc``: refuse from now on."""
         if exc is not None:
             self._retry_refused_at = time.monotonic() + RETRY_S
             self.set_writable(False, str(exc), source="space")
-        reason = self.unwritable_reason
-        refused = PutStatus.SERVICE_NOT_AVAILABLE
-        return [RefusedPutResult(refused, m.topic, queue_id, reason=reason) for m in msgs]
+        why, status = self.unwritable_reason, PutStatus.SERVICE_NOT_AVAILABLE
+        return [RefusedPutResult(status, m.topic, queue_id, reason=why) for m in msgs]
 
     def _retry_refused(self) -> bool:
-        """A refused put's second look (off the hot path): the refusals the store lifts by
-        itself (``refusals.SELF_RETRIED``) are tried again at most every ``RETRY_S``.
-        Returns whether the store accepts puts now."""
+        """A refused put's second look, off the hot path: whether puts go now. The refusals
+        the store lifts itself (``SELF_RETRIED``) are tried again every ``RETRY_S`` at most."""
         sources, now = self._refusals.sources, time.monotonic()
         if not sources <= SELF_RETRIED or now < self._retry_refused_at:
             return False
@@ -560,11 +554,8 @@ class MessageStore:
         return self._arrivals_listeners
 
     def set_writable(self, writable: bool, reason: str, source: str = "disk") -> None:
-        """Refuse puts for ``source`` (with ``reason``), or stop refusing for it; puts are
-        accepted while no source refuses (``refusals.py``). The disk sources show as the
-        health condition ``disk-full``. A store opened read-only stays read-only.
-        Thread-safe.
-        """
+        """Refuse puts for ``source`` with ``reason``, or stop refusing for it (puts go while
+        no source refuses, ``refusals.py``; a read-only store stays so). Thread-safe."""
         if self.readonly or self.role == "services":
             return
         was = self.writable
@@ -579,7 +570,7 @@ class MessageStore:
 
     @property
     def refusal_sources(self) -> frozenset[str]:
-        """The sources refusing puts now (``refusals.py``). Thread-safe."""
+        """The sources refusing puts now. Thread-safe."""
         return self._refusals.sources
 
     def _dispatch(self, request: DispatchRequest) -> None:

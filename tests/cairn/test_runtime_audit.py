@@ -38,7 +38,7 @@ def test_deletions_reach_the_audit_log_directly_and_through_the_journal(tmp_path
         assert AuditEntry.objects.filter(action="store.segment.delete").count() == 1
         rt.audit_deletion(_deletion("00000000000000008192", "forced"))
         deletions.journal_hook(tmp_path / "store")(_deletion("00000000000000016384", "expired"))
-        journal = next(loop for loop in rt.loops if loop.name == "audit_journal")
+        journal = next(loop for loop in rt.loops if loop.name == "deletion_journal")
         assert journal.step().detail == {"recorded": 1}
         assert journal.step().detail == {"recorded": 0}
     finally:
