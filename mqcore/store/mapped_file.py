@@ -7,8 +7,8 @@ once; every later access goes through the mapping (RocketMQ ``DefaultMappedFile`
 Reserved blocks: a store through the mapping into a page that has no disk block makes the
 kernel allocate one in the page fault, and on a full disk the fault is ``SIGBUS``: the
 broker dies (``space.py``). So nothing is written above ``reserved_position``: blocks are
-allocated with ``posix_fallocate`` first, ``reserve_chunk_bytes`` at a time (the whole file
-for ConsumeQueue files, a few MiB for CommitLog segments: ``space.py`` has the figures).
+allocated with ``posix_fallocate`` first, ``reserve_chunk_bytes`` at a time (1 MiB for
+ConsumeQueue files, 4 MiB for CommitLog segments: ``space.py`` has the figures).
 The first chunk is reserved when the file is created; an append or ``write_at`` that would
 pass the mark reserves the chunks it needs first (one integer comparison per call when it
 does not), and a full disk then raises :class:`~mqcore.errors.DiskFullError` with nothing
@@ -134,8 +134,7 @@ class MappedFile:
             path: the file; its name must be a decimal offset.
             file_size: the segment size in bytes (> 0).
             reserve_chunk_bytes: blocks reserved at a time; None (default) reserves the
-                whole file (files written at any position: ConsumeQueue files). Rounded up
-                to a page, at most ``file_size``.
+                whole file at creation. Rounded up to a page, at most ``file_size``.
 
         Raises:
             StoreError: bad name, or an existing non-empty file of another size.

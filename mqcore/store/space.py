@@ -21,10 +21,11 @@ Linux 6.x)::
 ext4 only records extents, but the blocks count as used at once; tmpfs really allocates
 the memory. Reserving a whole 1 GiB CommitLog segment on each roll would make a store
 holding 8 MB of data look 1 GiB full, cost a third of a second per roll on tmpfs, and
-re-reserving it at every start would cost a second more: the CommitLog therefore reserves
-in chunks that run ahead of its write position (``reserve_chunk_bytes``), and small files
-written at random positions (ConsumeQueue files, IndexFile slot tables) reserve whole at
-creation.
+re-reserving it at every start would cost a second more. Files written front to back
+therefore reserve in chunks that run ahead of their write position (``reserve_chunk_bytes``:
+the pre-fault window, 4 MiB, for CommitLog segments; 1 MiB for ConsumeQueue files), and only
+what is written at random positions (an IndexFile's header and 20 MB slot table) is reserved
+whole at creation.
 
 Blocks reserved and released: a reservation that fails part-way may leave some blocks
 allocated (ext4); they belong to the file and go with it. Reserving blocks a file already
