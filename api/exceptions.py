@@ -29,6 +29,13 @@ mqcore ``StoreNotWritableError``, ``StoreClosedError``  503     ``unavailable``
 any other ``MQError``                                   500     ``internal``
 =====================================================  ======  ==========================
 
+A store that refuses writes (``StoreNotWritableError``: disk full, read-only start) answers
+503 with ``"code": "SERVICE_NOT_AVAILABLE"`` (RocketMQ's status for it), the store's reason as
+``detail`` ("disk full: the CommitLog partition is 93% used ...") and ``Retry-After: 1``:
+the refusal lifts by itself once space is freed. So does any other write that finds the disk
+full (``OSError`` ``ENOSPC``/``EDQUOT``: a config file, a topic created): "disk full: ...",
+never a 500.
+
 Exceptions that are none of these propagate (a real bug is a 500 with Django's logging).
 """
 
@@ -43,6 +50,7 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from mqcore import errors as mq
+from mqcore.store.space import is_disk_full
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 _TYPE_PREFIX = "urn:cairn:problem:"
@@ -90,11 +98,13 @@ def problem(
     detail: str,
     errors: list[dict[str, str]] | None = None,
     headers: dict[str, str] | None = None,
+    code: str = "",
 ) -> Response:
-    """A problem+json response; ``errors`` gives ``field`` and ``rule`` (first entry)."""
+    """A problem+json response; ``errors`` gives ``field`` and ``rule`` (first entry);
+    ``code``, when given, is a machine-readable status (``SERVICE_NOT_AVAILABLE``)."""
     errors = errors or []
     first = errors[0] if errors else {"field": "", "rule": ""}
-    body = {
+    body: dict[str, Any] = {
         "type": _TYPE_PREFIX + kind,
         "title": title,
         "status": status,
@@ -103,6 +113,8 @@ def problem(
         "rule": first["rule"],
         "errors": errors,
     }
+    if code:
+        body["code"] = code
     return Response(body, status=status, headers=headers, content_type=PROBLEM_CONTENT_TYPE)
 
 
@@ -112,6 +124,13 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         view = context.get("view")
         aliases = {**_FIELD_ALIASES, **getattr(view, "mq_field_aliases", {})}
         response = _from_mq(exc, aliases)
+    elif is_disk_full(exc):
+        detail = f"disk full: {exc} (SERVICE_NOT_AVAILABLE)"
+        errors = [{"field": "broker", "rule": "not_available", "detail": detail}]
+        response = problem(
+            503, "unavailable", "Broker not available", detail, errors,
+            {"Retry-After": "1"}, code="SERVICE_NOT_AVAILABLE",
+        )  # fmt: skip
     else:
         if isinstance(exc, Http404):
             exc = drf.NotFound(*exc.args)
@@ -156,7 +175,13 @@ def _from_mq(exc: mq.MQError, aliases: dict[str, str]) -> Response:
     if isinstance(exc, mq.PermissionDeniedError):
         errors = _mq_error(exc, "", "no_permission")
         return problem(403, "forbidden", "Not permitted by the broker", detail, errors)
-    if isinstance(exc, mq.StoreNotWritableError | mq.StoreClosedError):
+    if isinstance(exc, mq.StoreNotWritableError):
+        errors = _mq_error(exc, "broker", "not_available")
+        return problem(
+            503, "unavailable", "Broker not available", detail, errors,
+            {"Retry-After": "1"}, code="SERVICE_NOT_AVAILABLE",
+        )  # fmt: skip
+    if isinstance(exc, mq.StoreClosedError):
         errors = _mq_error(exc, "broker", "not_available")
         return problem(503, "unavailable", "Broker not available", detail, errors)
     return problem(500, "internal", "Broker error", detail, _mq_error(exc, "", "internal"))

@@ -113,13 +113,22 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "CAIRN_DISK_CLEAN_FORCIBLY_RATIO",
         "85",
-        "Disk use (%) above which files are deleted regardless of age.",
+        "Disk use (%) above which forced cleanup may delete files before their time (see the next setting).",
+    ),
+    Variable(
+        "CAIRN_DISK_CLEAN_FORCIBLY_UNCONSUMED",
+        "false",
+        "`true`: forced cleanup may delete CommitLog files younger than `CAIRN_FILE_RESERVED_HOURS` or holding messages a subscribed group has not consumed (RocketMQ's behaviour). `false`: it never does; puts are refused until space is freed.",
     ),
     Variable(
         "CAIRN_DELETE_FILES_BATCH_MAX", "10", "CommitLog files deleted per cleanup run at most."
     ),
     Variable("CAIRN_CLEAN_INTERVAL_MS", "10000", "Cleanup period."),
-    Variable("CAIRN_CLEAN_FIRST_DELAY_MS", "60000", "Delay before the first cleanup after start."),
+    Variable(
+        "CAIRN_CLEAN_FIRST_DELAY_MS",
+        "60000",
+        "Delay before cleanup first deletes after start (the disk is measured at once).",
+    ),
     Variable(
         "CAIRN_REPUT_MAX_BYTES", "4194304", "CommitLog bytes one reput pass dispatches at most."
     ),

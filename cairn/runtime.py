@@ -12,6 +12,14 @@ loops: the store's (:mod:`mqcore.services.inline`: reput, flush, cleanup, index;
 always here: they write the CommitLog and persist in-memory offsets). Stop runs it
 backwards: Redis subscriber, loops, broker (wakes long polls, persists offsets), store.
 
+Cleanup and the audit log: the cleanup loop gets what consumers still need from the broker's
+live offset tables (:func:`mqcore.services.consumed.committed_of`) and records every CommitLog
+file it deletes in the audit log (action ``store.segment.delete``, user ``cleanup``, the
+file's offset range in ``old`` and why in ``new``), through :meth:`BrokerRuntime.audit_deletion`.
+In Celery mode the workers delete and journal the deletions in the store
+(``mqcore.services.deletions``); the runtime's ``deletion_journal`` loop moves them into the
+audit log every few seconds (and once at start, for anything left by an earlier run).
+
 Tiered storage (spec 10, ``CAIRN_TIERED_BACKEND`` = ``posix`` or ``memory``; ``none`` by
 default): the runtime builds a :class:`~mqcore.tiered.tiered_store.TieredMessageStore` over
 the store and hands it to the Broker as its ``reader``, so every front end reads cold
@@ -53,21 +61,26 @@ from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.clock import Clock, SystemClock
 from mqcore.metadata import Metadata
-from mqcore.services import inline
+from mqcore.services import consumed, deletions, inline
 from mqcore.services import tiered as tiered_services
 from mqcore.services.config import (
     ServicesConfig,
     services_config_from_env,
     store_config_from_env,
 )
+from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.service_lock import ServiceLock
+from mqcore.store.space import is_disk_full
 from mqcore.tiered.config import BACKENDS, TieredConfig, tiered_config_from_env
 from mqcore.tiered.storage import TieredStorage, make_backend
 from mqcore.tiered.tiered_store import TieredMessageStore
 
 log = logging.getLogger(__name__)
+
+#: How often journaled deletions (Celery mode) are moved into the audit log.
+AUDIT_JOURNAL_INTERVAL_S = 5.0
 
 
 @dataclass
@@ -203,15 +216,24 @@ class BrokerRuntime:
         delivery writes to the CommitLog, whose one writer is this process, and consumer
         offsets live in its memory."""
         tier = self.tiered.tier if self.tiered is not None else None
+        metadata = broker.metadata
         loops = inline.build_service_loops(
             store,
             services=services,
             clock=self.clock,
             tier=tier if store.role == "standalone" else None,
-            topic_attributes=tiered_services.topic_attributes_of(broker.metadata.topics),
+            topic_attributes=tiered_services.topic_attributes_of(metadata.topics),
+            needed=lambda: consumed.lowest_needed(store, consumed.committed_of(store, metadata)),
+            on_delete=self.audit_deletion,
         )
         follow = [loop for loop in loops if loop.name == "follow"]
+        self._drain_deletions(store)  # journaled by workers, or by an earlier run
         loops += [
+            ServiceLoop(
+                "deletion_journal",
+                lambda: self._drain_deletions(store),
+                AUDIT_JOURNAL_INTERVAL_S,
+            ),
             ServiceLoop(
                 "delay_delivery",
                 lambda: delay_delivery.step(broker),
@@ -231,6 +253,30 @@ class BrokerRuntime:
 
             self.subscriber = wake_on_events(settings.REDIS_URL, self.store_dir, follow)
 
+    def audit_deletion(self, deletion: deletions.Deletion) -> None:
+        """Record a CommitLog file deleted by cleanup in the audit log. Called on the
+        cleanup and ``deletion_journal`` threads (each has its own database connection).
+
+        Raises:
+            Exception: the database refused it (the caller logs it; the deletion was logged
+                at WARNING already, with the same facts).
+        """
+        from api import audit
+
+        audit.record(
+            None,
+            "store.segment.delete",
+            "commitlog_segment",
+            deletion.file,
+            old={"first_offset": deletion.first_offset, "end_offset": deletion.end_offset},
+            new={"reason": deletion.reason, "deleted_ms": deletion.deleted_ms, **deletion.detail},
+            username="cleanup",
+        )
+
+    def _drain_deletions(self, store: MessageStore) -> StepResult:
+        count = deletions.drain_journal(store.root, self.audit_deletion)
+        return StepResult("deletion_journal", progressed=False, detail={"recorded": count})
+
     def stop(self) -> None:
         """Stop the services, the broker (wakes long polls, persists offsets), then close the
         store (final dispatch, flush, checkpoint). Safe after a failed or partial start."""
@@ -241,7 +287,16 @@ class BrokerRuntime:
             loop.stop()
         self.loops = []
         if self.broker is not None:
-            self.broker.stop()
+            try:
+                self.broker.stop()
+            except OSError as exc:  # the store must still close (flush, checkpoint, unlock)
+                if not is_disk_full(exc):
+                    raise
+                log.error(
+                    "consumer offsets not saved at stop, disk full (%s): consumers re-read "
+                    "from the last saved offsets (at most %.0f s of progress)",
+                    exc, offsets_persist.DEFAULT_INTERVAL_S,
+                )  # fmt: skip
             self.broker = None
         if self.metadata is not None:
             self.metadata = None

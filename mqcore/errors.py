@@ -10,6 +10,7 @@
     │   ├── StoreClosedError        the store is not open
     │   ├── StoreLockedError        another process holds <root>/lock
     │   └── StoreNotWritableError   writes refused (disk full, read-only open, fenced)
+    │       └── DiskFullError       no disk blocks could be reserved (ENOSPC, EDQUOT)
     ├── ValidationError             bad input, naming the field and the rule broken
     │   ├── MessageIllegalError     message too large, bad properties, bad topic in a record
     │   └── NotFoundError           an unknown topic, group, queue or message
@@ -62,6 +63,14 @@ class StoreLockedError(StoreError):
 
 class StoreNotWritableError(StoreError):
     """Writes are refused for now (disk over the warning ratio, read-only open)."""
+
+
+class DiskFullError(StoreNotWritableError):
+    """The file system has no room for the blocks a write needs (``ENOSPC``, ``EDQUOT``).
+
+    Raised *before* anything is written: the write did not happen and may be retried once
+    space is freed. Its message starts with ``disk full:``.
+    """
 
 
 class ValidationError(MQError):

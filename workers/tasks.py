@@ -10,7 +10,9 @@ A run that cannot take its service's lock returns ``status: skipped`` (STYLE 7).
   ends, so that a warm shutdown never waits long. Beat sends one every 5 s; while one runs,
   those return ``skipped`` at once, and if the running one died, the next takes over.
 * ``cairn.flush``: one pass, every ``CAIRN_FLUSH_INTERVAL_MS`` (500 ms).
-* ``cairn.cleanup``: one pass, every ``CAIRN_CLEAN_INTERVAL_MS`` (10 s).
+* ``cairn.cleanup``: one pass, every ``CAIRN_CLEAN_INTERVAL_MS`` (10 s). What consumers still
+  need comes from the persisted ``consumerOffset.json``/``delayOffset.json``; deletions are
+  journaled in the store for the broker to move into its audit log (``deletions.py``).
 * ``cairn.index_build``: starts (``start=True``) or continues a side build of the index for
   up to 30 s, then queues its successor while there is work left; beat resumes a build left
   behind by a dead worker. Hands the build to the Spark pipeline when it is installed and the
@@ -46,7 +48,17 @@ from celery.worker import state as worker_state
 
 from mqcore.clock import SystemClock
 from mqcore.metadata.topics import TopicConfigManager
-from mqcore.services import cleanup, flush, index_build, locks, reput, status, tiered
+from mqcore.services import (
+    cleanup,
+    consumed,
+    deletions,
+    flush,
+    index_build,
+    locks,
+    reput,
+    status,
+    tiered,
+)
 from mqcore.services.cleanup import CleanupState
 from mqcore.services.flush import FlushState
 from mqcore.services.index_build import IndexBuilder
@@ -162,7 +174,14 @@ def cleanup_task(store_dir: str | None = None, manual: bool = False) -> dict[str
     result = _run_recorded(
         store,
         "cleanup",
-        lambda: cleanup.step(store, state, CLOCK, first_delay_ms=cfg.clean_first_delay_ms),
+        lambda: cleanup.step(
+            store,
+            state,
+            CLOCK,
+            first_delay_ms=cfg.clean_first_delay_ms,
+            needed=consumed.from_config_dir(store, store.root / "config", CLOCK),
+            on_delete=deletions.journal_hook(store.root),
+        ),
     )
     detail = result["detail"]
     if detail.get("deleted_commit_log_files") or detail.get("deleted_queue_files"):

@@ -24,6 +24,21 @@ from mqcore.store.progress import published_config
 
 Mode = Literal["inline", "celery"]
 
+
+def parse_bool(raw: str) -> bool:
+    """``true``/``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``), any case.
+
+    Raises:
+        ValueError: anything else.
+    """
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
 #: variable -> (StoreConfig field, parser). Defaults are StoreConfig's (spec 6, Appendix A).
 STORE_VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CAIRN_FLUSH": ("flush", str.lower),
@@ -38,6 +53,7 @@ STORE_VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CAIRN_DISK_CLEAN_FORCIBLY_RATIO": ("disk_space_clean_forcibly_ratio", int),
     "CAIRN_DELETE_FILES_BATCH_MAX": ("delete_file_batch_max", int),
     "CAIRN_CLEAN_INTERVAL_MS": ("clean_resource_interval_ms", int),
+    "CAIRN_DISK_CLEAN_FORCIBLY_UNCONSUMED": ("disk_clean_forcibly_unconsumed", parse_bool),
     "CAIRN_COMMITLOG_FILE_SIZE": ("commitlog_file_size", int),
     "CAIRN_CQ_FILE_ENTRIES": ("consume_queue_file_entries", int),
     "CAIRN_INDEX_HASH_SLOTS": ("index_hash_slots", int),
@@ -103,9 +119,10 @@ def _parsed(
         try:
             values[field] = parse(raw)
         except ValueError:
-            raise ValidationError(
-                name, "number", f"{name}: expected a number, got {raw!r}"
-            ) from None
+            rule, kind = (
+                ("boolean", "true or false") if parse is parse_bool else ("number", "a number")
+            )
+            raise ValidationError(name, rule, f"{name}: expected {kind}, got {raw!r}") from None
     return values
 
 

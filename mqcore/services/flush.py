@@ -14,10 +14,15 @@ In a Celery worker (services role) the CommitLog is mapped read-only: the pages 
 dirtied live in the shared page cache and ``fdatasync`` on the segment files writes them
 out; how far is published as SERVICES_FLUSHED_OFFSET. The worker owns the checkpoint file
 then, with the ConsumeQueue and index times the reput holder publishes.
+
+On a full disk the checkpoint cannot be written: the pass goes on without it (the previous
+checkpoint stays, which only makes a recovery rescan from earlier), logged once when it
+starts failing and once when it works again.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -26,7 +31,10 @@ from mqcore.services import locks
 from mqcore.services.result import StepResult
 from mqcore.store.mapped_file import FLUSH_PAGE_BYTES
 from mqcore.store.progress import Progress, Slot
+from mqcore.store.space import is_disk_full
 from mqcore.store.store import MessageStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,6 +44,24 @@ class FlushState:
     commitlog_thorough_at: float | None = None
     consume_queue_thorough_at: float | None = None
     consume_queue_at: float | None = None
+    #: The last checkpoint write found the disk full.
+    checkpoint_failing: bool = False
+
+
+def _flush_checkpoint(store: MessageStore, state: FlushState) -> None:
+    """Write the checkpoint; a full disk skips it (module docstring)."""
+    try:
+        store.checkpoint.flush()
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        if not state.checkpoint_failing:
+            log.warning("store %s: checkpoint not written, disk full (%s)", store.root, exc)
+        state.checkpoint_failing = True
+        return
+    if state.checkpoint_failing:
+        log.warning("store %s: checkpoint written again", store.root)
+    state.checkpoint_failing = False
 
 
 def _due(last: float | None, now: float, interval_ms: int) -> bool:
@@ -123,7 +149,7 @@ def _standalone_step(store: MessageStore, state: FlushState, clock: Clock) -> St
     if physic:
         store.checkpoint.physic_msg_timestamp = physic
     store.checkpoint.logics_msg_timestamp = logics_snapshot
-    store.checkpoint.flush()
+    _flush_checkpoint(store, state)
     if store.progress is not None:
         store.progress.raise_to(Slot.FLUSHED_OFFSET, store.commit_log.flushed_offset)
     return StepResult(
@@ -162,7 +188,7 @@ def _services_step(store: MessageStore, state: FlushState, clock: Clock) -> Step
     progress.set(Slot.SERVICES_FLUSHED_OFFSET, flushed)
     logics_snapshot = progress.get(Slot.LOGICS_TIMESTAMP)
     queues_flushed, _ = _flush_queues(store, state, now)
-    _write_checkpoint(store, progress, logics_snapshot, flushed)
+    _write_checkpoint(store, state, progress, logics_snapshot, flushed)
     return StepResult(
         "flush",
         progressed=False,
@@ -204,7 +230,9 @@ def _fdatasync_range(store: MessageStore, start: int, end: int) -> None:
         base += size
 
 
-def _write_checkpoint(store: MessageStore, progress: Progress, logics: int, flushed: int) -> None:
+def _write_checkpoint(
+    store: MessageStore, state: FlushState, progress: Progress, logics: int, flushed: int
+) -> None:
     """The worker owns the checkpoint in Celery mode. physicMsgTimestamp is the store time of
     the last record flushed: known exactly when reput has dispatched no further than the
     flush reached, else the previous value stays (older is safe: recovery starts earlier)."""
@@ -213,4 +241,4 @@ def _write_checkpoint(store: MessageStore, progress: Progress, logics: int, flus
         checkpoint.physic_msg_timestamp = logics
     checkpoint.logics_msg_timestamp = max(checkpoint.logics_msg_timestamp, logics)
     checkpoint.index_msg_timestamp = progress.get(Slot.INDEX_TIMESTAMP)
-    checkpoint.flush()
+    _flush_checkpoint(store, state)

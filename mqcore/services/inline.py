@@ -8,6 +8,12 @@ view of the derived files up with the workers' (``follow.py``); a Redis subscrib
 (``workers.events``) calls :meth:`ServiceLoop.wake` on it when a worker reports progress.
 Never both for one store: a standalone store holds the services' locks while it is open.
 
+In both modes the broker also runs the *disk guard* (``disk.guard_step``): every second,
+from the start, it refuses or accepts puts by the disk's usage; inline, it wakes the cleanup
+loop while the disk is over the warning ratio, so deletion (when allowed) runs every second
+then. The cleanup loop is given what consumers still need (``needed``, ``consumed.py``) and
+where to record its deletions (``on_delete``, the audit log): both come from the runtime.
+
 The runtime's part (``cairn/runtime.py``)::
 
     store = MessageStore(root, config, role=inline.store_role(mode))
@@ -26,9 +32,11 @@ from __future__ import annotations
 from typing import Any
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.services import cleanup, flush, follow, index_build, reput, status, tiered
+from mqcore.services import cleanup, disk, flush, follow, index_build, reput, status, tiered
 from mqcore.services.cleanup import CleanupState
 from mqcore.services.config import Mode, ServicesConfig
+from mqcore.services.consumed import NeededOffset
+from mqcore.services.deletions import DeletionHook
 from mqcore.services.disk import DiskProbe, usage_ratio
 from mqcore.services.flush import FlushState
 from mqcore.services.runner import ServiceLoop
@@ -61,12 +69,15 @@ def build_service_loops(
     tier: TieredStorage | None = None,
     topic_attributes: TopicAttributes | None = None,
     upload_interval_s: float = tiered.UPLOAD_INTERVAL_S,
+    needed: NeededOffset | None = None,
+    on_delete: DeletionHook | None = None,
 ) -> list[ServiceLoop]:
     """The service loops the broker process must start for ``store`` (not started yet).
 
-    A ``standalone`` store gets reput, flush, cleanup and index, plus ``tiered_upload`` and
-    ``tiered_retention`` when ``tier`` is given (``topic_attributes`` supplies each topic's
-    ``reserve.time``); a ``broker`` store (Celery mode) gets only ``follow``.
+    A ``standalone`` store gets reput, flush, cleanup (with ``needed`` and ``on_delete``),
+    index and the disk guard, plus ``tiered_upload`` and ``tiered_retention`` when ``tier``
+    is given (``topic_attributes`` supplies each topic's ``reserve.time``); a ``broker``
+    store (Celery mode) gets ``follow`` and the disk guard.
 
     Raises:
         ValueError: the store is read-only or a worker's (services role).
@@ -80,7 +91,10 @@ def build_service_loops(
                 "follow",
                 lambda: follow.step(store, max_bytes=services.reput_max_bytes),
                 services.follow_interval_ms / 1000,
-            )
+            ),
+            ServiceLoop(
+                "disk_guard", lambda: disk.guard_step(store, probe=probe), disk.GUARD_INTERVAL_S
+            ),
         ]
     if store.role != "standalone" or store.readonly:
         raise ValueError("service loops run in a writable standalone or broker store")
@@ -98,6 +112,19 @@ def build_service_loops(
         if tier is not None
         else []
     )
+    cleanup_loop = ServiceLoop(
+        "cleanup",
+        lambda: cleanup.step(
+            store,
+            cleanup_state,
+            clock,
+            probe=probe,
+            first_delay_ms=services.clean_first_delay_ms,
+            needed=needed,
+            on_delete=on_delete,
+        ),
+        cfg.clean_resource_interval_ms / 1000,
+    )
     return [
         # Reput waits on the store's append event, so 1 s is only a safety net.
         ServiceLoop(
@@ -111,21 +138,16 @@ def build_service_loops(
             lambda: flush.step(store, flush_state, clock),
             cfg.flush_interval_commitlog_ms / 1000,
         ),
-        ServiceLoop(
-            "cleanup",
-            lambda: cleanup.step(
-                store,
-                cleanup_state,
-                clock,
-                probe=probe,
-                first_delay_ms=services.clean_first_delay_ms,
-            ),
-            cfg.clean_resource_interval_ms / 1000,
-        ),
+        cleanup_loop,
         ServiceLoop(
             "index",
             lambda: index_build.step(store, clock, max_bytes=services.index_step_bytes),
             1.0,
+        ),
+        ServiceLoop(
+            "disk_guard",
+            lambda: disk.guard_step(store, probe=probe, on_full=cleanup_loop.wake),
+            disk.GUARD_INTERVAL_S,
         ),
         *tier_loops,
     ]

@@ -9,15 +9,34 @@ takes the lock and *attaches* (recovers the derived files against the CommitLog 
 broker published, ``mqcore.store.roles.attach``), then keeps the lock until :func:`release`.
 A rebuilt index waiting for its swap (``index_build``) is installed here, by the one process
 that writes the index.
+
+Full disk: a ConsumeQueue or IndexFile that cannot get its blocks raises ``DiskFullError``
+before anything is written. The step then *pauses*: it logs once, refuses puts (source
+``reput``: the CommitLog must not run on ahead of what consumers can see), shows the
+health condition ``reput-paused`` and returns without progress, so its runner tries again a
+second later; the first step that dispatches again lifts both. Nothing is lost or skipped:
+the records are dispatched from where it stopped (the writes skip what they hold already).
+In a Celery worker only the pause and the log apply; the broker refuses puts through its
+own disk guard, which sees the same full partition.
 """
 
 from __future__ import annotations
 
+import logging
+import weakref
+
+from mqcore.errors import DiskFullError
 from mqcore.services import index_build, locks
 from mqcore.services.result import StepResult
 from mqcore.store.store import MessageStore
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+#: The health condition shown while reput is paused for lack of space.
+PAUSED_CONDITION = "reput-paused"
+#: Stores whose reput is paused (checked once per step: a set lookup).
+_paused: weakref.WeakSet[MessageStore] = weakref.WeakSet()
 
 
 def step(store: MessageStore, *, max_bytes: int = DEFAULT_MAX_BYTES) -> StepResult:
@@ -41,8 +60,13 @@ def step(store: MessageStore, *, max_bytes: int = DEFAULT_MAX_BYTES) -> StepResu
                 status="skipped",
                 detail={"reason": "no broker has published the CommitLog end yet"},
             )
-    installed = index_build.apply_ready(store)
-    dispatched = store.reput_once(max_bytes)
+    try:
+        installed = index_build.apply_ready(store)
+        dispatched = store.reput_once(max_bytes)
+    except DiskFullError as exc:
+        return _pause(store, exc)
+    if store in _paused or (not store.writable and "reput" in store.refusal_sources):
+        _resume(store)  # after a pause, or after recovery stopped dispatching for lack of space
     return StepResult(
         "reput",
         progressed=dispatched > 0 or installed,
@@ -64,3 +88,32 @@ def release(store: MessageStore) -> None:
             store.detach()
     finally:
         locks.release(store, "reput")
+
+
+def _pause(store: MessageStore, exc: DiskFullError) -> StepResult:
+    """Reput found no space for a derived file: refuse puts, show it, try again later."""
+    reason = f"disk full: reput paused at CommitLog offset {store.reput_offset} ({exc})"
+    if store in _paused:
+        log.debug("%s", reason)
+    else:
+        _paused.add(store)
+        log.error("%s; it resumes by itself once space is freed", reason)
+    store.health.set_condition(
+        "disk_full",
+        PAUSED_CONDITION,
+        "reput paused: no space for ConsumeQueue/index files; new messages wait",
+        {"reput_offset": store.reput_offset, "error": str(exc)},
+    )
+    store.set_writable(False, reason, source="reput")
+    return StepResult(
+        "reput",
+        progressed=False,
+        detail={"paused": reason, "reput_offset": store.reput_offset},
+    )
+
+
+def _resume(store: MessageStore) -> None:
+    _paused.discard(store)
+    store.health.clear_condition(PAUSED_CONDITION)
+    store.set_writable(True, "", source="reput")
+    log.warning("reput resumed at CommitLog offset %d: space is back", store.reput_offset)

@@ -122,6 +122,9 @@ class Checkpoint:
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fsync(fd)
+            except OSError:
+                tmp.unlink(missing_ok=True)  # a full disk leaves no half-written temp file
+                raise
             finally:
                 os.close(fd)
             os.replace(tmp, self.path)

@@ -49,6 +49,7 @@ from mqcore.store.format import (
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
+from mqcore.store.prefault import reserve_chunk_bytes
 from mqcore.store.record_layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -111,7 +112,11 @@ class CommitLog:
         self.file_size = config.commitlog_file_size
         self.store_host = config.store_host
         self.segments = MappedFileQueue(
-            Path(root) / "commitlog", self.file_size, readonly=readonly, clock=clock
+            Path(root) / "commitlog",
+            self.file_size,
+            readonly=readonly,
+            clock=clock,
+            reserve_chunk_bytes=reserve_chunk_bytes(config),  # blocks ahead of the writer
         )
         self.put_lock = threading.Lock()
         self._flush_lock = threading.Lock()

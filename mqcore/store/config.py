@@ -56,6 +56,10 @@ class StoreConfig:
     delete_file_batch_max: int = 10
     destroy_mapped_file_interval_forcibly_ms: int = 120_000
     clean_resource_interval_ms: int = 10_000
+    #: Let forced cleanup (disk over the force ratio) delete CommitLog segments younger than
+    #: the retention, or holding messages a subscribed group has not consumed: RocketMQ's
+    #: behaviour. Off by default: the broker refuses puts instead (``deletion_policy.py``).
+    disk_clean_forcibly_unconsumed: bool = False
 
     # Identity: what offsetMsgIds carry (spec 2.3) and what RocketMQ shows as the broker.
     store_host: HostAddress = field(default_factory=lambda: HostAddress("127.0.0.1", 10911))

@@ -18,9 +18,14 @@ RocketMQ's ``IndexFile`` (spec/store-format.md section 4). Its size is fixed whe
     32     4     hash_slot_count
     36     4     index_count (starts at 1)
 
-With RocketMQ's defaults (5,000,000 slots, 20,000,000 entries) the file is 420,000,040 bytes. It is
-created sparse (``ftruncate``), so a fresh file costs no disk until entries are written: each put
-dirties one 4 KiB page of the 20 MB slot table at random and appends 20 bytes to the entry area.
+With RocketMQ's defaults (5,000,000 slots, 20,000,000 entries) the file is 420,000,040 bytes. Each
+put dirties one 4 KiB page of the 20 MB slot table at random and appends 20 bytes to the entry
+area. Its blocks are reserved (``posix_fallocate``, ``space.py``) before anything is written
+through the mapping: a write into a hole on a full disk is a SIGBUS, a failed reservation a
+``DiskFullError`` (reput pauses). The header and the slot table (written at random) are
+reserved when the file is created (or by the first put after it is opened again), the entry
+area ``ENTRY_RESERVE_BYTES`` at a time ahead of ``index_count`` (one comparison per batch), so
+a fresh file takes 20 MB of disk, not 420 MB.
 
 Slot ``key_hash % hash_slots`` holds the index of the newest entry whose key falls in that slot
 (0 = empty); each entry's ``prev_index`` links to the previous entry of the same slot, so a slot
@@ -70,11 +75,12 @@ from itertools import accumulate
 from typing import Final
 
 from mqcore.errors import CorruptIndexError, StoreClosedError, StoreNotWritableError
-from mqcore.store import index_bulk, libc
+from mqcore.store import index_bulk, libc, space
 from mqcore.store.hashing import index_key_hash
 
 __all__ = [
     "ENTRY",
+    "ENTRY_RESERVE_BYTES",
     "HEADER",
     "HEADER_FIELD_OFFSETS",
     "ENTRY_FIELD_OFFSETS",
@@ -126,6 +132,14 @@ MAX_TIME_DIFF: Final = 2**31 - 1  # Java Integer.MAX_VALUE
 _FIRST_INDEX: Final = 1
 _SLOT_SIZE: Final = SLOT.size
 _ENTRY_SIZE: Final = ENTRY.size
+#: Disk blocks of the entry area reserved at a time (~210,000 entries; module docstring).
+ENTRY_RESERVE_BYTES: Final = 4 << 20
+
+
+def _entry_area(hash_slots: int) -> int:
+    """Where the entry area starts: after the header and the slot table."""
+    return HEADER.size + hash_slots * SLOT.size
+
 
 # Bound methods: put_key runs ~10^5-10^6 times a second, and an attribute lookup saved per
 # call is measurable there.
@@ -188,6 +202,8 @@ class IndexFile:
             self._index_count = _FIRST_INDEX
         self._readonly = readonly
         self._writable = not readonly
+        #: Bytes from the start whose blocks are allocated (0 until create or the first put).
+        self._reserved_end = 0
         # Reference counting for readers (RocketMQ ReferenceResource).
         self._ref_lock = threading.Lock()
         self._refs = 0
@@ -206,7 +222,7 @@ class IndexFile:
         prev_end_phys_offset: int = 0,
         prev_end_timestamp: int = 0,
     ) -> IndexFile:
-        """Create a new, sparse, empty index file and map it read-write.
+        """Create a new, empty index file with its blocks reserved and map it read-write.
 
         Args:
             path: the file to create; it must not exist.
@@ -222,6 +238,7 @@ class IndexFile:
         Raises:
             ValueError: dimensions too small.
             FileExistsError: ``path`` exists.
+            DiskFullError: no space for its blocks (the file is deleted again).
             OSError: the file cannot be created or mapped.
         """
         _check_dimensions(hash_slots, max_entries)
@@ -229,6 +246,8 @@ class IndexFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, size)
+            reserved = min(size, _entry_area(hash_slots) + ENTRY_RESERVE_BYTES)
+            space.reserve(fd, 0, reserved, path)  # DiskFullError: no file is left behind
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
         except BaseException:
             os.close(fd)
@@ -241,7 +260,9 @@ class IndexFile:
         # RocketMQ leaves index_count 0 on disk until the first put or flush; both read as 1.
         # Writing the full header now gives the bytes RocketMQ has after its first flush.
         _pack_header(mm, 0, *header)
-        return cls(path, mm, hash_slots, max_entries, header, readonly=False)
+        created = cls(path, mm, hash_slots, max_entries, header, readonly=False)
+        created._reserved_end = reserved
+        return created
 
     @classmethod
     def open(
@@ -413,6 +434,8 @@ class IndexFile:
 
         Raises:
             StoreNotWritableError: the file is read-only.
+            DiskFullError: a file opened again found no space for its blocks (nothing
+                written; the next put tries again).
             StoreClosedError: the file is closed.
 
         Single writer only.
@@ -423,6 +446,9 @@ class IndexFile:
         stop = min(len(key_hashes), start + self._max_entries - index)
         if stop <= start:
             return 0
+        entries_end = self._entry_base + (index + stop - start) * _ENTRY_SIZE
+        if entries_end > self._reserved_end:
+            self._reserve_to(entries_end)
         if index <= _FIRST_INDEX and stop - start > index_bulk.BULK_MIN:
             # A new file's first entry sets its begin fields (every later time diff depends
             # on them): that one through the loop, the rest in bulk.
@@ -507,6 +533,25 @@ class IndexFile:
         self._end_timestamp = int(time_array[-1])
         self._write_header()
         return True
+
+    def _reserve_to(self, entries_end: int) -> None:
+        """Allocate the blocks up to ``entries_end`` and ``ENTRY_RESERVE_BYTES`` past it
+        (module docstring): from the start for a file opened again (the slot table is
+        written anywhere; blocks it has already cost nothing more, even on a full disk).
+
+        Raises:
+            DiskFullError: no space for them (nothing written; the next put tries again).
+        """
+        size = len(self._mm)
+        done = self._reserved_end
+        start = done - done % mmap.PAGESIZE
+        target = min(size, entries_end + ENTRY_RESERVE_BYTES)
+        fd = os.open(self._path, os.O_RDWR)
+        try:
+            space.reserve(fd, start, target - start, self._path)
+        finally:
+            os.close(fd)
+        self._reserved_end = target
 
     def _raise_not_writable(self) -> None:
         if not self._available:

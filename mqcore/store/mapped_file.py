@@ -1,17 +1,32 @@
 """One memory-mapped segment file: the unit under the CommitLog and the ConsumeQueue.
 
 A segment is named by the first offset it holds, 20 decimal digits (``f"{base:020d}"``,
-spec 0 and 2.2). It is created at its full size with ``ftruncate`` (sparse: unwritten pages
-read as zeros and cost no disk) and mapped read-write once; every later access goes through
-the mapping (RocketMQ ``DefaultMappedFile``).
+spec 0 and 2.2). It is created at its full size with ``ftruncate`` and mapped read-write
+once; every later access goes through the mapping (RocketMQ ``DefaultMappedFile``).
+
+Reserved blocks: a store through the mapping into a page that has no disk block makes the
+kernel allocate one in the page fault, and on a full disk the fault is ``SIGBUS``: the
+broker dies (``space.py``). So nothing is written above ``reserved_position``: blocks are
+allocated with ``posix_fallocate`` first, ``reserve_chunk_bytes`` at a time (1 MiB for
+ConsumeQueue files, 4 MiB for CommitLog segments: ``space.py`` has the figures).
+The first chunk is reserved when the file is created; an append or ``write_at`` that would
+pass the mark reserves the chunks it needs first (one integer comparison per call when it
+does not), and a full disk then raises :class:`~mqcore.errors.DiskFullError` with nothing
+written. The pre-fault thread (``prefault.py``) reserves ahead of the writer too, so the
+writer itself rarely waits for a reservation.
 
 Positions (bytes from the start of the file)::
 
-    0                flushed_position          wrote_position                 file_size
-    |---- on disk ---------|---- in page cache -------|---- zeros (never written) ----|
+    0          flushed_position     wrote_position     reserved_position         file_size
+    |-- on disk -----|-- in page cache ----|-- zeros, blocks --|-- zeros, a hole -----|
 
 Invariants:
-    * ``0 <= flushed_position <= wrote_position <= file_size``.
+    * ``0 <= flushed_position <= wrote_position <= file_size`` and
+      ``reserved_position <= file_size``.
+    * Every byte written lies below ``reserved_position`` when it is written, and every
+      page below ``reserved_position`` has its disk blocks. An existing file opened again
+      trusts only what it holds (``set_positions``: the recovered end); the page holding
+      that end is reserved again before anything is written into it.
     * Bytes below ``wrote_position`` are complete: ``append`` copies the bytes into the
       mapping *before* it moves ``wrote_position``, so a reader that bounds its read by the
       position it observed never sees a half-written record or unit. (CPython assigns the int
@@ -33,7 +48,8 @@ file (a truncated tail re-created by the writer can never be deleted by a late r
 Crash behaviour: positions live only in memory. After a restart ``MappedFileQueue.load``
 marks every file full and recovery (CommitLog 5.6/5.7, ConsumeQueue 3.2) finds the real end
 by validating the content, then calls ``set_positions``. A crash while a file is being created
-leaves at worst a zero-length last file, which loading deletes (spec 2.2).
+leaves at worst a zero-length last file, which loading deletes (spec 2.2); a creation that
+finds no space for its first chunk deletes the file again before raising.
 """
 
 from __future__ import annotations
@@ -47,8 +63,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mqcore.clock import Clock
-from mqcore.errors import SegmentFullError, StoreClosedError, StoreError, StoreNotWritableError
-from mqcore.store import libc
+from mqcore.errors import (
+    DiskFullError,
+    SegmentFullError,
+    StoreClosedError,
+    StoreError,
+    StoreNotWritableError,
+)
+from mqcore.store import libc, space
 
 log = logging.getLogger(__name__)
 
@@ -95,32 +117,54 @@ class MappedFile:
     ``hold``/``release``/``destroy``/``close`` are thread-safe (internal lock).
     """
 
-    def __init__(self, path: str | os.PathLike[str], file_size: int) -> None:
-        """Open ``path`` read-write, creating it (sparse) at ``file_size`` bytes if absent.
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        file_size: int,
+        *,
+        reserve_chunk_bytes: int | None = None,
+    ) -> None:
+        """Open ``path`` read-write, creating it at ``file_size`` bytes if absent.
 
-        Positions start at 0; ``MappedFileQueue.load`` marks loaded files full.
+        A new file gets its first ``reserve_chunk_bytes`` of blocks at once (module
+        docstring); an existing one reserves from its recovered end when written. Positions
+        start at 0; ``MappedFileQueue.load`` marks loaded files full.
 
         Args:
             path: the file; its name must be a decimal offset.
             file_size: the segment size in bytes (> 0).
+            reserve_chunk_bytes: blocks reserved at a time; None (default) reserves the
+                whole file at creation. Rounded up to a page, at most ``file_size``.
 
         Raises:
             StoreError: bad name, or an existing non-empty file of another size.
+            DiskFullError: a new file found no space for its first chunk (it is deleted).
             OSError: the file cannot be created or mapped.
         """
         if file_size <= 0:
             raise ValueError(f"file_size must be > 0, got {file_size}")
         self._setup(Path(path), file_size)
+        chunk = file_size if reserve_chunk_bytes is None else reserve_chunk_bytes
+        chunk = min(file_size, max(mmap.PAGESIZE, _page_ceil(chunk)))
+        self.reserve_chunk_bytes = chunk
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        created = False
         try:
             actual = os.fstat(fd).st_size
             if actual == 0:
-                os.ftruncate(fd, file_size)  # sparse: no blocks until written
+                created = True
+                os.ftruncate(fd, file_size)
+                space.reserve(fd, 0, chunk, self.path)  # blocks before any byte is written
+                self.reserved_position = chunk
             elif actual != file_size:
                 raise StoreError(
                     f"{self.path}: length {actual} bytes, expected {file_size} (wrong segment size)"
                 )
             self._mm: mmap.mmap | None = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            if created:
+                _unlink_quietly(self.path)
+            raise
         finally:
             os.close(fd)  # mmap keeps its own duplicate
 
@@ -149,6 +193,7 @@ class MappedFile:
             if actual == 0 or (file_size is not None and actual != file_size):
                 raise StoreError(f"{path}: length {actual} bytes, expected {file_size}")
             self._setup(path, actual, readonly=True)
+            self.reserve_chunk_bytes = actual
             self._mm = mmap.mmap(fd, actual, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
@@ -162,6 +207,9 @@ class MappedFile:
         self.readonly = readonly
         self.wrote_position = 0
         self.flushed_position = 0
+        #: Every page below has its disk blocks; nothing is written at or above it.
+        self.reserved_position = 0
+        self._reserve_lock = threading.Lock()
         #: Store time of the last record written (set by the CommitLog writer; spec 5.1).
         self.store_timestamp_ms = 0
         self._lock = threading.Lock()
@@ -206,12 +254,15 @@ class MappedFile:
         """Set wrote and flushed positions to ``pos`` (recovery truncation, spec 5.6/5.8).
 
         Bytes below ``pos`` are treated as flushed: recovery read them back from the file.
+        They are also all that is known to have blocks: ``reserved_position`` becomes
+        ``pos`` too, so the next write past it reserves again (cheap where the blocks exist).
         Writer thread only.
         """
         if not 0 <= pos <= self.file_size:
             raise ValueError(f"position {pos} outside [0, {self.file_size}]")
         self.wrote_position = pos
         self.flushed_position = pos
+        self.reserved_position = pos
 
     # -- writing (writer thread only) -------------------------------------------------------
 
@@ -231,6 +282,7 @@ class MappedFile:
 
         Raises:
             SegmentFullError: ``data`` does not fit in the remaining bytes (nothing written).
+            DiskFullError: no space to reserve the blocks ``data`` needs (nothing written).
             StoreNotWritableError: the file is open read-only.
             StoreClosedError: the file was closed.
         """
@@ -245,10 +297,12 @@ class MappedFile:
             src, nbytes = view, view.nbytes
         pos = self.wrote_position
         end = pos + nbytes
-        if end > self.file_size:
-            raise SegmentFullError(
-                f"{self.path}: {nbytes} bytes do not fit at {pos} of {self.file_size}"
-            )
+        if end > self.reserved_position:  # the one check on the hot path
+            if end > self.file_size:
+                raise SegmentFullError(
+                    f"{self.path}: {nbytes} bytes do not fit at {pos} of {self.file_size}"
+                )
+            self.reserve_to(end)
         mm[pos:end] = src
         self.wrote_position = end  # publish only after the bytes are in place
         return pos
@@ -272,15 +326,72 @@ class MappedFile:
     def write_at(self, pos: int, data: Buffer) -> None:
         """Copy ``data`` at ``pos`` without moving any position.
 
+        Zeros written past the reserved mark on a full disk (recovery clearing a torn
+        tail) are written only where the file holds data (``SEEK_DATA``): a hole reads as
+        zeros already and needs no block, and touching it through the mapping could fault.
+
         Raises:
             ValueError: the range leaves the file.
+            DiskFullError: no space to reserve the blocks ``data`` needs (nothing written).
             StoreNotWritableError, StoreClosedError: as ``append``.
         """
         mm = self._writable_map()
         src = memoryview(data).cast("B")
-        if pos < 0 or pos + src.nbytes > self.file_size:
+        end = pos + src.nbytes
+        if pos < 0 or end > self.file_size:
             raise ValueError(f"write of {src.nbytes} bytes at {pos} leaves {self.path}")
-        mm[pos : pos + src.nbytes] = src
+        if end > self.reserved_position:
+            try:
+                self.reserve_to(end)
+            except DiskFullError:
+                if src.tobytes().count(0) != src.nbytes:  # not only zeros
+                    raise
+                self._zero_data_ranges(mm, pos, end)
+                return
+        mm[pos:end] = src
+
+    def _zero_data_ranges(self, mm: mmap.mmap, start: int, end: int) -> None:
+        for data, hole in space.data_ranges(self.path, start, end):  # blocks: cannot fault
+            mm[data:hole] = bytes(hole - data)
+
+    def nonzero_end(self, start: int) -> int:
+        """Where the non-zero bytes of ``[start, file_size)`` end (``start`` if there are
+        none): the end of a torn tail, for recovery. Read from the file's data ranges with
+        ``pread``, never through the mapping (``space.nonzero_end`` says why). Thread-safe.
+
+        Raises:
+            OSError: the file cannot be read.
+        """
+        return space.nonzero_end(self.path, start, self.file_size)
+
+    def reserve_to(self, end: int) -> None:
+        """Make sure every page below ``end`` has its disk blocks (module docstring).
+
+        Reserves whole chunks from the current mark until it covers ``end`` (capped at the
+        file size). Thread-safe: the writer and the pre-fault thread may both call it.
+
+        Raises:
+            DiskFullError: no space (or quota) for them; the mark does not move.
+            StoreNotWritableError: the file is open read-only.
+            OSError: the file is gone or cannot be opened.
+        """
+        if end <= self.reserved_position:
+            return
+        if self.readonly:
+            raise StoreNotWritableError(f"{self.path} is open read-only")
+        with self._reserve_lock:
+            reserved = self.reserved_position
+            if end <= reserved:
+                return
+            chunk = self.reserve_chunk_bytes
+            target = min(self.file_size, reserved + -(-(end - reserved) // chunk) * chunk)
+            start = reserved - reserved % mmap.PAGESIZE  # a partly written page: its rest too
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                space.reserve(fd, start, target - start, self.path)
+            finally:
+                os.close(fd)
+            self.reserved_position = target
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -354,11 +465,15 @@ class MappedFile:
     ) -> bool:
         """``madvise(advice)`` on the pages of ``[start, end)`` (``prefault.py``: populate
         ahead of the writer without writing a byte), under a ``hold()`` so the mapping cannot
-        be unmapped meanwhile. Thread-safe.
+        be unmapped meanwhile. Only pages below ``reserved_position`` are touched: a page
+        populated writable over a hole would take its block without a reservation.
+        Thread-safe.
 
         Returns:
-            False if the file is closed or being destroyed, or madvise failed.
+            False if the file is closed or being destroyed, nothing of the range is
+            reserved, or madvise failed.
         """
+        end = min(end, self.reserved_position)  # only pages whose blocks are reserved
         if self.readonly or not 0 <= start < end <= self.file_size or not self.hold():
             return False
         try:
@@ -508,3 +623,14 @@ class MappedFile:
             mm.close()
         except BufferError:
             log.warning("%s: a memoryview outlived its hold; unmap left to GC", self.path)
+
+
+def _page_ceil(n: int) -> int:
+    return -(-n // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -58,6 +58,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
+from mqcore.store import space
 from mqcore.store.config import StoreConfig
 from mqcore.store.mapped_file import fsync_directory
 from mqcore.store.msgid import HostAddress
@@ -107,6 +108,7 @@ class Progress:
         """Open (creating if missing) ``<root>/services/progress`` and map it shared.
 
         Raises:
+            DiskFullError: no space for the file's one block.
             OSError: the file cannot be created or mapped.
         """
         directory = services_dir(root)
@@ -116,6 +118,9 @@ class Progress:
         try:
             if os.fstat(fd).st_size < PROGRESS_FILE_SIZE:
                 os.ftruncate(fd, PROGRESS_FILE_SIZE)  # growing only: never clears a value
+            # Its blocks before the mapping is written: a store into a hole on a full disk
+            # is a SIGBUS (``space.py``). DiskFullError instead, nothing written.
+            space.reserve(fd, 0, PROGRESS_FILE_SIZE, self.path)
             self._mm: mmap.mmap | None = mmap.mmap(fd, PROGRESS_FILE_SIZE)
         finally:
             os.close(fd)

@@ -109,17 +109,9 @@ def choose_start_segment(
 
 
 def _nonzero_tail(segment: MappedFile, pos: int) -> int:
-    """How many bytes from ``pos`` to the last non-zero byte of the segment."""
-    buf = segment.buffer
-    end = segment.file_size
-    chunk = 1 << 20
-    while end > pos:
-        start = max(pos, end - chunk)
-        piece = bytes(buf[start:end]).rstrip(b"\0")
-        if piece:
-            return start + len(piece) - pos
-        end = start
-    return 0
+    """How many bytes from ``pos`` to the last non-zero byte of the segment (read from the
+    file's data ranges only: ``MappedFile.nonzero_end``)."""
+    return segment.nonzero_end(pos) - pos
 
 
 def _stop_reason(result: object, offset: int, report: RecoveryReport) -> str:

@@ -39,6 +39,14 @@ class PutResult:
         return self.status is PutStatus.PUT_OK
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedPutResult(PutResult):
+    """A put the store refused (``SERVICE_NOT_AVAILABLE``), with the store's reason ("disk
+    full: ..."), for the front ends' error replies."""
+
+    reason: str = ""
+
+
 class _PutResultBuilder:
     """Same slots as :class:`PutResult`, assignable; filled, then its ``__class__`` set
     (identical layouts), giving an ordinary frozen PutResult. A frozen dataclass's

@@ -48,6 +48,10 @@ _SEGMENT_NAME = re.compile(r"[0-9]{20}")
 TRUNCATE_FORCE_AFTER_MS = 1000
 #: ``destroyMapedFileIntervalForcibly`` (spec 6.4).
 CLEANUP_FORCE_AFTER_MS = 120_000
+#: Disk blocks a file reserves at a time unless its owner says otherwise (the CommitLog
+#: does: ``prefault.reserve_chunk_bytes``). 1 MiB of ConsumeQueue is 52,428 units: a
+#: reservation every 52k messages of a queue, ~0.01 ms on ext4, ~0.3 ms on tmpfs.
+RESERVE_CHUNK_BYTES = 1 << 20
 
 
 class MappedFileQueue:
@@ -67,6 +71,7 @@ class MappedFileQueue:
         *,
         readonly: bool = False,
         clock: Clock | None = None,
+        reserve_chunk_bytes: int | None = RESERVE_CHUNK_BYTES,
     ) -> None:
         """Describe the queue; nothing is read until ``load``.
 
@@ -75,12 +80,16 @@ class MappedFileQueue:
             file_size: every file's size in bytes.
             readonly: map with ``ACCESS_READ``; every mutation raises.
             clock: times forced unmaps (default the system clock).
+            reserve_chunk_bytes: disk blocks each file reserves at a time before it is
+                written (``MappedFile``): 1 MiB by default (a ConsumeQueue file of 6 MB
+                takes its disk as it fills; on tmpfs that is memory); None: a new file whole.
         """
         if file_size <= 0:
             raise ValueError(f"file_size must be > 0, got {file_size}")
         self.directory = Path(directory)
         self.file_size = file_size
         self.readonly = readonly
+        self.reserve_chunk_bytes = reserve_chunk_bytes
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._files: tuple[MappedFile, ...] = ()
         self._lock = threading.Lock()
@@ -156,7 +165,7 @@ class MappedFileQueue:
                     short = path.stat().st_size < self.file_size
                     files.append(MappedFile.open_readonly(path, None if short else self.file_size))
                 else:
-                    files.append(MappedFile(path, self.file_size))
+                    files.append(self._map(path))
                     files[-1].set_positions(self.file_size)
         except BaseException:
             for opened in files:
@@ -238,10 +247,13 @@ class MappedFileQueue:
         if path.exists():
             raise StoreError(f"{path}: exists but is not part of the loaded queue")
         self.directory.mkdir(parents=True, exist_ok=True)
-        created = MappedFile(path, self.file_size)
+        created = self._map(path)  # DiskFullError: no file was left behind
         fsync_directory(self.directory)  # the name must survive a power cut like its data
         self._files = (*self._files, created)
         return created
+
+    def _map(self, path: Path) -> MappedFile:
+        return MappedFile(path, self.file_size, reserve_chunk_bytes=self.reserve_chunk_bytes)
 
     def last_or_create(self, start_offset: int) -> MappedFile:
         """The last file if it has room, else a new one (RocketMQ ``getLastMappedFile``).
@@ -251,6 +263,7 @@ class MappedFileQueue:
 
         Raises:
             StoreNotWritableError: the queue is read-only.
+            DiskFullError: no space for the new file's first blocks (nothing created).
             StoreError, OSError: the file cannot be created.
         """
         last = self.last()
@@ -482,7 +495,7 @@ class MappedFileQueue:
                 if self.readonly:
                     mapped = MappedFile.open_readonly(path, self.file_size)
                 else:
-                    mapped = MappedFile(path, self.file_size)
+                    mapped = self._map(path)
             except FileNotFoundError:
                 break
             mapped.set_positions(0)

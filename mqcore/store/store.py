@@ -20,15 +20,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.errors import StoreClosedError, ValidationError
+from mqcore.errors import DiskFullError, StoreClosedError, ValidationError
 from mqcore.message import Message, MessageExt
-from mqcore.store import dispatch_scan, dispatch_write, queries, roles
+from mqcore.store import dispatch_scan, dispatch_write, full_disk, queries, roles
 from mqcore.store.arrivals import ArrivalsListener
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.commit_log import CommitLog, PendingRecord
@@ -51,11 +52,13 @@ from mqcore.store.record_layout import (
 )
 from mqcore.store.record_views import RecordsResult
 from mqcore.store.recovery import RecoveryReport, recover
+from mqcore.store.refusals import DISK_SOURCES, RETRY_S, SELF_RETRIED, Refusals
 from mqcore.store.results import (
     BatchPutResults,
     GetResult,
     PutResult,
     PutStatus,
+    RefusedPutResult,
     new_put_result,
 )
 from mqcore.store.roles import Role
@@ -137,11 +140,14 @@ class MessageStore:
         #: Problems (kept until acknowledged) and conditions of this store (``health.py``).
         self.health = StoreHealth(self.root, self.clock, readonly=readonly)
         self.reput_offset = 0
+        #: Why puts are refused, by source (``refusals.py``); ``writable`` while none.
+        self._refusals = Refusals()
+        self._retry_refused_at = 0.0
         self.writable = not readonly and role != "services"
+        if not self.writable:
+            self._refusals.set("opened", f"opened {'read-only' if readonly else role}")
         #: Why puts are refused while ``writable`` is False (e.g. the disk-full check).
-        self.unwritable_reason = (
-            "" if self.writable else f"opened {'read-only' if readonly else role}"
-        )
+        self.unwritable_reason = self._refusals.reason
         #: Offsets shared with the other processes (``progress.py``); None when read-only.
         self.progress: Progress | None = None
         #: Services role: this process holds reput and writes the derived files.
@@ -208,7 +214,7 @@ class MessageStore:
             return
         if self.role == "broker":
             roles.open_broker(self, last_exit_ok)
-            self._write_abort(abort)
+            full_disk.write_abort(self)
             return
         self.commit_log.load()
         self.queues.load()
@@ -231,26 +237,23 @@ class MessageStore:
             self.reput_offset = self.recovery.end_offset
             self._rebuild_queue_offsets()
             return
+        stall = full_disk.DispatchStall()  # a full disk stops recovery's dispatch, not the start
         self.recovery = recover(
             self.commit_log,
             self.queues,
             self.index,
             self.checkpoint,
             last_exit_ok=last_exit_ok,
-            dispatch=self._dispatch,
-            index_dispatch=self._dispatch_index,
+            dispatch=stall.wrap(self._dispatch),
+            index_dispatch=stall.wrap(self._dispatch_index),
         )
         self.reput_offset = self.recovery.end_offset
         self._rebuild_queue_offsets()
+        full_disk.pause_dispatch(self, stall)  # if the disk was full: reput goes on later
         self.queues.clean_expired(self.commit_log.min_offset)
-        self.checkpoint.flush()
-        self._write_abort(abort)
+        full_disk.flush_checkpoint(self)
+        full_disk.write_abort(self)
         self._publish_standalone(last_exit_ok)
-
-    def _write_abort(self, abort: Path) -> None:
-        old = abort.read_bytes() if abort.exists() else b""
-        (self.root / "abort.bak").write_bytes(old)
-        abort.write_text(str(os.getpid()))
 
     def _publish_standalone(self, last_exit_ok: bool) -> None:
         progress = self.progress
@@ -265,7 +268,10 @@ class MessageStore:
         progress.set(Slot.REPUT_OFFSET, self.reput_offset)
         generation = progress.increment(Slot.GENERATION)
         progress.set(Slot.REPUT_GENERATION, generation)
-        publish_config(self.root, self.config)
+        full_disk.quietly(  # the workers keep the geometry published last time
+            lambda: publish_config(self.root, self.config),
+            f"store {self.root}: store.json not published",
+        )
 
     def _rebuild_queue_offsets(self) -> None:
         table = self.commit_log.queue_offsets
@@ -285,7 +291,10 @@ class MessageStore:
             self._close_shared()
             return
         if not self.readonly:
-            self.dispatch_until_caught_up()
+            try:
+                self.dispatch_until_caught_up()
+            except DiskFullError as exc:  # ``abort`` stays: the next start dispatches the rest
+                log.warning("store %s: closing with records not dispatched: %s", self.root, exc)
             # A flush pass covers one file per queue (spec 6.2): repeat until all is on disk.
             while self.commit_log.flush(0):
                 pass
@@ -293,7 +302,7 @@ class MessageStore:
                 pass
             self.index.flush()
             self._update_checkpoint_times()
-            self.checkpoint.flush()
+            full_disk.flush_checkpoint(self)
         caught_up = self.reput_offset >= self.commit_log.max_offset
         self._open = False
         roles.close_retired(self)
@@ -381,11 +390,13 @@ class MessageStore:
         self._check_open()
         if not msgs:
             return []
-        if not self.writable:
-            log.debug("put refused: %s", self.unwritable_reason)
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, m.topic, queue_id) for m in msgs]
-        plain = self._put_plain(msgs, queue_id)
-        return plain if plain is not None else self._put_general(msgs, queue_id)
+        if not self.writable and not self._retry_refused():
+            return self._refused(msgs, queue_id)
+        try:
+            plain = self._put_plain(msgs, queue_id)
+            return plain if plain is not None else self._put_general(msgs, queue_id)
+        except DiskFullError as exc:  # raised before a byte was written
+            return self._refused(msgs, queue_id, exc)
 
     def put_plain_columns(
         self, columns: PlainColumns, queue_id: int = 0
@@ -396,8 +407,35 @@ class MessageStore:
         self._check_open()
         if not columns.bodies or not self.writable:
             return self.put_batch(columns.to_messages(), queue_id)
-        plain = self._put_plain(columns, queue_id)
-        return plain if plain is not None else self._put_general(columns.to_messages(), queue_id)
+        try:
+            plain = self._put_plain(columns, queue_id)
+            return (
+                plain if plain is not None else self._put_general(columns.to_messages(), queue_id)
+            )
+        except DiskFullError as exc:  # raised before a byte was written
+            return self._refused(columns.to_messages(), queue_id, exc)
+
+    def _refused(
+        self, msgs: Sequence[Message], queue_id: int, exc: DiskFullError | None = None
+    ) -> list[PutResult]:
+        """SERVICE_NOT_AVAILABLE, with why, for each message; ``exc``: refuse from now on."""
+        if exc is not None:
+            self._retry_refused_at = time.monotonic() + RETRY_S
+            self.set_writable(False, str(exc), source="space")
+        why, status = self.unwritable_reason, PutStatus.SERVICE_NOT_AVAILABLE
+        return [RefusedPutResult(status, m.topic, queue_id, reason=why) for m in msgs]
+
+    def _retry_refused(self) -> bool:
+        """A refused put's second look, off the hot path: whether puts go now. The refusals
+        the store lifts itself (``SELF_RETRIED``) are tried again every ``RETRY_S`` at most."""
+        sources, now = self._refusals.sources, time.monotonic()
+        if not sources <= SELF_RETRIED or now < self._retry_refused_at:
+            return False
+        self._retry_refused_at = now + RETRY_S
+        if "abort" in sources and full_disk.write_abort(self):
+            self.set_writable(True, "", source="abort")
+        self.set_writable(True, "", source="space")  # the put itself tries the reservation
+        return self.writable
 
     def _put_general(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
         """The general put path: a record and a PutResult object per message."""
@@ -515,19 +553,25 @@ class MessageStore:
     def arrivals_listeners(self) -> list[ArrivalsListener]:
         return self._arrivals_listeners
 
-    def set_writable(self, writable: bool, reason: str) -> None:
-        """Refuse (with ``reason``) or accept puts again; the cleanup service's disk check.
-        A store opened read-only stays read-only. Thread-safe."""
+    def set_writable(self, writable: bool, reason: str, source: str = "disk") -> None:
+        """Refuse puts for ``source`` with ``reason``, or stop refusing for it (puts go while
+        no source refuses, ``refusals.py``; a read-only store stays so). Thread-safe."""
         if self.readonly or self.role == "services":
             return
-        if writable != self.writable:
-            log.warning(
-                "store %s: puts %s",
-                self.root,
-                "accepted again" if writable else f"refused: {reason}",
-            )
-        self.unwritable_reason = reason
-        self.writable = writable
+        was = self.writable
+        changed = self._refusals.clear(source) if writable else self._refusals.set(source, reason)
+        self.writable = not self._refusals
+        self.unwritable_reason = self._refusals.reason
+        if self.writable != was or (changed and not writable):
+            news = "accepted again" if self.writable else f"refused: {reason}"
+            log.warning("store %s: puts %s", self.root, news)
+        if source in DISK_SOURCES:
+            full_disk.show_condition(self.health, self._refusals, self.root)
+
+    @property
+    def refusal_sources(self) -> frozenset[str]:
+        """The sources refusing puts now. Thread-safe."""
+        return self._refusals.sources
 
     def _dispatch(self, request: DispatchRequest) -> None:
         tx = request.sys_flag & TRANSACTION_TYPE_MASK

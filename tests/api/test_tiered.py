@@ -27,7 +27,8 @@ from mqcore.store import StoreConfig
 from mqcore.tiered.config import TieredConfig
 from tests.api.conftest import wait_dispatched
 
-#: 16 KiB CommitLog files: the messages below fill several; scheduled deletion never runs.
+#: 16 KiB CommitLog files: the messages below fill several; scheduled deletion never runs;
+#: forced cleanup may delete unconsumed local files (they are in the tier).
 STORE = StoreConfig(
     commitlog_file_size=16 * 1024,
     consume_queue_file_entries=32,
@@ -35,6 +36,7 @@ STORE = StoreConfig(
     index_max_entries=256,
     max_message_size=64 * 1024,
     delete_when="99",
+    disk_clean_forcibly_unconsumed=True,
 )
 #: Upload everything from offset 0, each pass.
 TIER = TieredConfig(initial_window_ms=None, group_commit_count=8, group_commit_timeout_ms=0)

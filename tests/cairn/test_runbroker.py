@@ -84,8 +84,10 @@ def test_second_broker_on_the_same_store_is_refused(tmp_path: Path) -> None:
             "flush",
             "cleanup",
             "index",
+            "disk_guard",
             "delay_delivery",
             "offsets_persist",
+            "deletion_journal",
         }
         second = start_broker(tmp_path, second_port)
         out, _ = second.communicate(timeout=60)

@@ -18,7 +18,12 @@ from mqcore.store import StoreConfig
 from mqcore.tiered.tiered_store import TieredMessageStore
 from tests.mqcore.tiered.world import EAGER
 
-SMALL = StoreConfig(commitlog_file_size=8 * 1024, consume_queue_file_entries=16)
+#: Forced cleanup may delete unconsumed local segments: they are in the tier.
+SMALL = StoreConfig(
+    commitlog_file_size=8 * 1024,
+    consume_queue_file_entries=16,
+    disk_clean_forcibly_unconsumed=True,
+)
 QUIET = ServicesConfig(clean_first_delay_ms=3_600_000)  # the test runs cleanup itself
 
 

@@ -42,13 +42,65 @@ class RecordingMsync:
         return self.real(address, length, flags)
 
 
-def test_created_sparse_at_full_size(mf: MappedFile) -> None:
+def _allocated(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_created_at_full_size_with_its_blocks_reserved(mf: MappedFile) -> None:
     st = os.stat(mf.path)
     assert st.st_size == SIZE
-    assert st.st_blocks * 512 < SIZE  # sparse: nothing allocated yet
+    assert _allocated(mf.path) >= SIZE  # the default reserves the whole file up front
+    assert mf.reserved_position == SIZE
     assert mf.base_offset == SIZE * 3
     assert (mf.wrote_position, mf.flushed_position, mf.remaining) == (0, 0, SIZE)
     assert not mf.is_full
+    assert mf.read(0, 0) == b"" and not any(mf.buffer[:SIZE])  # reserved blocks read as zeros
+
+
+def test_a_chunked_file_reserves_ahead_of_its_appends(tmp_path: Path) -> None:
+    page = mmap.PAGESIZE
+    mapped = MappedFile(tmp_path / f"{0:020d}", SIZE, reserve_chunk_bytes=2 * page)
+    try:
+        assert mapped.reserved_position == 2 * page
+        assert 2 * page <= _allocated(mapped.path) < SIZE  # the rest is still a hole
+        mapped.append(b"a" * (2 * page))  # exactly up to the mark: no new reservation
+        assert mapped.reserved_position == 2 * page
+        mapped.append(b"b")  # one byte past it: the next chunk first
+        assert mapped.reserved_position == 4 * page
+        mapped.append(b"c" * (3 * page))  # a big append takes every chunk it needs
+        assert mapped.reserved_position == 6 * page
+        assert _allocated(mapped.path) >= 6 * page
+        assert mapped.read(2 * page, 2) == b"bc"
+        mapped.append(b"d" * (mapped.remaining))  # capped at the file size
+        assert mapped.reserved_position == SIZE and mapped.is_full
+    finally:
+        mapped.close()
+
+
+def test_a_chunk_is_a_whole_number_of_pages_within_the_file(tmp_path: Path) -> None:
+    small = MappedFile(tmp_path / f"{0:020d}", SIZE, reserve_chunk_bytes=100)
+    big = MappedFile(tmp_path / f"{SIZE:020d}", SIZE, reserve_chunk_bytes=10 * SIZE)
+    assert small.reserve_chunk_bytes == mmap.PAGESIZE
+    assert big.reserve_chunk_bytes == SIZE
+    small.close()
+    big.close()
+
+
+def test_reopened_file_reserves_again_from_its_recovered_end(tmp_path: Path) -> None:
+    path = tmp_path / f"{0:020d}"
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY))
+    os.truncate(path, SIZE)  # a sparse file, as older versions left them
+    mapped = MappedFile(path, SIZE, reserve_chunk_bytes=mmap.PAGESIZE)
+    try:
+        assert _allocated(path) == 0  # opening an existing file writes and reserves nothing
+        mapped.set_positions(100)  # recovery: everything below 100 was read back
+        assert mapped.reserved_position == 100
+        mapped.append(b"x")
+        # From the page holding the end: the rest of that page and one chunk past it.
+        assert mapped.reserved_position == 100 + mmap.PAGESIZE
+        assert _allocated(path) >= mmap.PAGESIZE
+    finally:
+        mapped.close()
 
 
 def test_name_must_be_decimal(tmp_path: Path) -> None:

@@ -25,7 +25,13 @@ from mqcore.tiered.tiered_store import TieredMessageStore
 
 TOPIC = "orders"
 #: 8 KiB CommitLog files, 16-unit ConsumeQueue files: ~30 messages per CommitLog file.
-SMALL = StoreConfig(commitlog_file_size=8 * 1024, consume_queue_file_entries=16, delete_when="99")
+#: Forced cleanup may delete unconsumed local files here (the tests' tier holds them).
+SMALL = StoreConfig(
+    commitlog_file_size=8 * 1024,
+    consume_queue_file_entries=16,
+    delete_when="99",
+    disk_clean_forcibly_unconsumed=True,
+)
 #: Uploads everything from offset 0, in small groups.
 EAGER = TieredConfig(
     initial_window_ms=None,
