@@ -20,7 +20,9 @@ Invariants:
     position moves), so they never see half a record.
 
 Crash behaviour: the CommitLog is the source of truth and carries a CRC per record; recovery
-(``recovery.py``) scans it, truncates a torn tail and rebuilds what is derived from it.
+(``recovery.py``) scans it, quarantines corrupt ranges in the middle of the log
+(``quarantine.py``: kept in place, skipped by reput and by every read here), cuts a torn tail
+and rebuilds what is derived from it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from mqcore.store.format import (
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
+from mqcore.store.quarantine import Quarantine
 from mqcore.store.record_layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -117,6 +120,9 @@ class CommitLog:
         self._flush_lock = threading.Lock()
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.delay_levels_ms = parse_delay_levels(config.message_delay_level)
+        #: Corrupt ranges that reput and readers skip; the store replaces it with its own
+        #: (which reports to its health), tools keep this one (loaded by whoever needs it).
+        self.quarantine = Quarantine(root, clock, readonly=readonly)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -325,7 +331,14 @@ class CommitLog:
         return size if size > 0 else None
 
     def message_at(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
-        """Decode the record at ``phys_offset`` (spec 7.3), or None if it is not there."""
+        """Decode the record at ``phys_offset`` (spec 7.3), or None if it is not there, is
+        not a whole record, or lies in a quarantined range (logged)."""
+        quarantine = self.quarantine
+        if quarantine.ranges:
+            entry = quarantine.covering(phys_offset, size or 1)
+            if entry is not None:
+                quarantine.log_skip(entry, "a read", f"the record at {phys_offset}")
+                return None
         if size is None:
             size = self.record_size_at(phys_offset)
             if size is None:
@@ -359,20 +372,33 @@ class CommitLog:
         Yields each record's :class:`DispatchRequest`; the last item is always an ``int``:
         the offset the walk reached, where the next walk starts. It stops at ``end_offset``,
         after about ``max_bytes``, at a record not fully written yet, or at a corrupt record
-        with no size to skip (a torn tail: recovery's business). A blank record jumps to the
-        next segment; a corrupt record that states its size is skipped, as RocketMQ does.
+        with no size to skip (recovery's business: a torn tail, or corruption another
+        process quarantines; the quarantine is re-read then). A blank record jumps to the
+        next segment; a quarantined range is jumped over (logged once); a corrupt record
+        that states its size is skipped, as RocketMQ does.
         """
+        quarantine = self.quarantine
         offset = max(from_offset, self.min_offset)
         budget_end = offset + max_bytes
         while offset < end_offset and offset < budget_end:
+            bad = None
+            if quarantine.ranges:
+                entry = quarantine.covering(offset)
+                if entry is not None:
+                    quarantine.log_skip(entry, "reput", f"CommitLog {offset}..{entry.end}")
+                    offset = entry.end
+                    continue
+                bad = quarantine.next_start(offset)
             segment = self.segments.find(offset)
             if segment is None or not segment.hold():
                 break
             base = segment.base_offset
             pos = offset - base
-            to_next_segment = False
+            to_next_segment = stalled = False
             try:
                 limit = min(segment.wrote_position, end_offset - base)
+                if bad is not None:
+                    limit = min(limit, bad - base)
                 stop = min(limit, budget_end - base)
                 buf = segment.buffer
                 while pos < stop:
@@ -386,13 +412,19 @@ class CommitLog:
                     elif isinstance(result, Corrupt) and result.size > 0:
                         pos += result.size
                     else:  # NeedMore, or Corrupt with nothing to skip: wait for recovery
+                        stalled = isinstance(result, Corrupt)
                         break
             finally:
                 segment.release()
-            if not to_next_segment:
-                offset = base + pos
-                break
-            offset = base + self.file_size
+            if to_next_segment:
+                offset = base + self.file_size
+                continue
+            offset = base + pos
+            if bad is not None and offset == bad and not stalled:
+                continue  # at a quarantined range: jumped next round
+            if stalled:
+                quarantine.refresh()  # another process may have quarantined it
+            break
         yield offset
 
     # -- tools ----------------------------------------------------------------------------
