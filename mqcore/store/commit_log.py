@@ -37,6 +37,7 @@ from typing import NamedTuple
 from mqcore.clock import Clock
 from mqcore.errors import CorruptRecordError, MessageIllegalError
 from mqcore.message import Message, MessageExt
+from mqcore.store.body_crc import body_crc
 from mqcore.store.config import StoreConfig
 from mqcore.store.delay_levels import parse_delay_levels
 from mqcore.store.format import (
@@ -51,7 +52,7 @@ from mqcore.store.format import (
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
-from mqcore.store.quarantine import Quarantine
+from mqcore.store.quarantine import Quarantine, record_header
 from mqcore.store.record_layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -61,6 +62,7 @@ from mqcore.store.record_layout import (
     SYSFLAG_POSITION,
     store_timestamp_position,
 )
+from mqcore.store.record_search import SegmentFile
 from mqcore.store.results import BatchPutResults
 from mqcore.store.segments import MappedFileQueue
 
@@ -330,9 +332,14 @@ class CommitLog:
         size, _magic = SIZE_MAGIC.unpack(head)
         return size if size > 0 else None
 
-    def message_at(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
+    def message_at(
+        self, phys_offset: int, size: int | None = None, *, check_crc: bool = False
+    ) -> MessageExt | None:
         """Decode the record at ``phys_offset`` (spec 7.3), or None if it is not there, is
-        not a whole record, or lies in a quarantined range (logged)."""
+        not a whole record, or lies in a quarantined range (logged).
+
+        With ``check_crc`` the body CRC is checked too; a mismatch is quarantined (found by
+        a read, :meth:`quarantine_unreadable`) and the record not returned."""
         quarantine = self.quarantine
         if quarantine.ranges:
             entry = quarantine.covering(phys_offset, size or 1)
@@ -351,7 +358,49 @@ class CommitLog:
             message = decode_record(raw, 0)
         except CorruptRecordError:
             return None
-        return message if message.phys_offset == phys_offset else None
+        if message.phys_offset != phys_offset:
+            return None
+        if check_crc and body_crc(message.body) != message.body_crc:
+            reason = (
+                f"body CRC mismatch: stored {message.body_crc}, computed {body_crc(message.body)}"
+            )
+            self.quarantine_unreadable(phys_offset, size, reason)
+            return None
+        return message
+
+    def quarantine_unreadable(self, phys_offset: int, size: int, reason: str) -> bool:
+        """A read found no good record of ``size`` bytes at ``phys_offset`` (where a
+        ConsumeQueue unit or an index entry says one is): quarantine those bytes if the
+        CommitLog is really damaged there, not the pointer. Returns whether it did.
+
+        The bytes count as damaged only when no valid record starts at ``phys_offset``
+        (CRC and PHYSICALOFFSET checked; a valid record whose topic is not a valid name
+        counts as damaged, since no CRC covers the topic), none starts inside the range,
+        and the range is followed by a valid record, a blank record or the written end: the
+        pointer frames a record that went bad. Anything else is a wrong pointer (a damaged
+        derived file): logged by the caller, never quarantined, so a good record is never
+        skipped because a unit pointed at it wrongly.
+        """
+        segment = self.segments.find(phys_offset)
+        if segment is None or size <= 0:
+            return False
+        base = segment.base_offset
+        pos = phys_offset - base
+        end = pos + size
+        written = segment.wrote_position
+        if pos < 0 or end > written:
+            return False
+        with SegmentFile(segment.path, self.file_size) as f:
+            if f.valid_at(pos, base) == "record":
+                header = record_header(f.read(pos, size), phys_offset)
+                if header is None or header.topic is not None:
+                    return False  # an intact record: the pointer is what is wrong
+            if end < written and f.valid_at(end, base) is None:
+                return False
+            if f.find_valid(pos + 1, end, base) is not None:
+                return False
+            self.quarantine.quarantine(f, base, pos, end, reason=reason, found_by="read")
+        return True
 
     def store_time_of(self, phys_offset: int, size: int) -> int:
         """STORETIMESTAMP of the record at ``phys_offset``, or -1 (``pickupStoreTimestamp``)."""

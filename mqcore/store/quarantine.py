@@ -300,9 +300,10 @@ class Quarantine:
             current = table.get(key, 0)
             plausible = [o for o in offsets if o < current + len(offsets)]
             if len(plausible) < len(offsets):
+                implausible = sorted(set(offsets) - set(plausible))
                 log.warning(
                     "%s-%d: quarantined headers show queue offsets %s, implausible next to "
-                    "%d; not reserved", key[0], key[1], sorted(set(offsets) - set(plausible)), current,
+                    "%d; not reserved", key[0], key[1], implausible, current,
                 )  # fmt: skip
             top = max(plausible, default=-1) + 1
             if top > current:
@@ -437,6 +438,13 @@ def _records_in(data: bytes, offset: int) -> list[LostRecord]:
                 found.append(record)
             i = data.find(magic, i + 1)
     return sorted(found, key=lambda r: r.offset)
+
+
+def record_header(data: bytes, offset: int) -> LostRecord | None:
+    """The header of the record at the start of ``data`` (CommitLog bytes from ``offset``),
+    if its PHYSICALOFFSET field is ``offset`` and it takes a queue offset (topic None when
+    the topic does not read as a valid name)."""
+    return _header_at(data, 0, offset)
 
 
 def _header_at(data: bytes, pos: int, offset: int) -> LostRecord | None:
