@@ -427,9 +427,13 @@ class Quarantine:
 
 def _records_in(data: bytes, offset: int) -> list[LostRecord]:
     """Headers inside ``data`` (CommitLog bytes from ``offset``) that still read: a magic
-    code with the PHYSICALOFFSET field equal to its own position. The topic is read when its
-    length fields fit in ``data`` and it is a valid topic name."""
+    code (or the start of the range, whose magic may be what was damaged) with the
+    PHYSICALOFFSET field equal to its own position. The topic is read when its length
+    fields fit in ``data`` and it is a valid topic name."""
     found: list[LostRecord] = []
+    first = _header_at(data, 0, offset)  # the range's first record, whatever its magic says
+    if first is not None and data[4:8] not in _MAGICS:
+        found.append(first)
     for magic in _MAGICS:
         i = data.find(magic)
         while i >= 0:

@@ -174,8 +174,10 @@ def _unreadable(
     _log_once(
         queue,
         unit.queue_offset,
-        f"a unit (CommitLog {unit.phys_offset}, {unit.size} bytes) that does not match the "
-        f"record there ({exc.detail}); the ConsumeQueue is wrong, the record is not served",
+        f"a unit (CommitLog {unit.phys_offset}, {unit.size} bytes) whose record fails its "
+        f"checks ({exc.detail}); not quarantined: the unit may be wrong (a damaged "
+        "ConsumeQueue) or the records around it damaged too (python -m mqcore check and "
+        "the next start tell)",
     )
 
 
