@@ -16,6 +16,7 @@ skips it and lets ``CommitLog.quarantine_unreadable`` decide whether the log is 
 
 from __future__ import annotations
 
+import struct
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,12 @@ if TYPE_CHECKING:
 
 
 _MAGICS = (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2)
+_V1_HEADER = HEADER_SIZES[0]  # V1, IPv4 hosts: BODYLENGTH ends the header
+#: QUEUEID and BODYLENGTH of a V1 record with IPv4 hosts, in one unpack (the raw read's
+#: queue check); the pad widths come from the layout's positions.
+_QUEUE_ID_AND_BODY_LENGTH_V1 = struct.Struct(
+    f">{QUEUE_ID_POSITION}xi{_V1_HEADER - INT32.size - QUEUE_ID_POSITION - INT32.size}xi"
+)
 
 
 class RecordReader:
@@ -54,7 +61,16 @@ class RecordReader:
         check_crc: also check each decoded message's body CRC (:meth:`message` only).
     """
 
-    __slots__ = ("_commit_log", "_segment", "_base", "_end", "_queue", "_topic", "_check_crc")
+    __slots__ = (
+        "_commit_log",
+        "_segment",
+        "_base",
+        "_end",
+        "_queue",
+        "_topic",
+        "_topic_field",
+        "_check_crc",
+    )
 
     def __init__(
         self,
@@ -69,6 +85,8 @@ class RecordReader:
         self._end = 0  # the held segment's wrote_position when it was taken (a lower bound)
         self._queue = queue
         self._topic = queue[0].encode("utf-8", "surrogatepass") if queue is not None else b""
+        # The V1 topic field (length byte, topic) and QUEUEID as a record holds them.
+        self._topic_field = bytes([len(self._topic) & 0xFF]) + self._topic
         self._check_crc = check_crc
 
     def message(self, phys_offset: int, size: int) -> MessageExt | None:
@@ -131,7 +149,19 @@ class RecordReader:
                 str(segment.path), pos, f"no {size}-byte record here (TOTALSIZE {total})"
             )
         queue = self._queue
-        if queue is not None and not _belongs(raw, magic, self._topic, queue[1]):
+        if queue is None:
+            return raw
+        # The usual record (V1, IPv4 hosts): QUEUEID, and the topic field compared as bytes
+        # where that layout puts it. Any other record fails to match here and gets the
+        # full check below (an IPv6 host only moves BODYLENGTH).
+        if magic == MESSAGE_MAGIC_CODE_V1:
+            queue_id, body_length = _QUEUE_ID_AND_BODY_LENGTH_V1.unpack_from(raw)
+            at = _V1_HEADER + body_length
+            topic_field = self._topic_field
+            if queue_id == queue[1] and at >= _V1_HEADER:
+                if raw[at : at + len(topic_field)] == topic_field:
+                    return raw
+        if not _belongs(raw, magic, self._topic, queue[1]):
             raise CorruptRecordError(
                 str(segment.path), pos, f"the record is not one of {queue[0]}-{queue[1]}"
             )
