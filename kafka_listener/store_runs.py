@@ -16,15 +16,14 @@ CommitLog file's ``wrote_position``. The run stops at the store-bytes limit (the
 record always counts), at the end of the CommitLog file holding its first record, before a
 unit that does not lie after the previous record in the log, before a blank unit (a gap in
 the queue), before a unit pointing into a quarantined CommitLog range, and before a record
-whose header does not match its unit (``_sane``: V1 magic with IPv4 hosts, TOTALSIZE equal
-to the unit's size, the queue's topic and queue id; records of other forms are not encoded
-from runs anyway). Whatever this reader does not serve (a store that follows another
-process's derived files, an offset outside [min, max), fewer than ``MIN_RUN_RECORDS``
-records to read, a first unit or record it would stop before) it leaves to
-``Broker.pull_records``, which skips what must not be served (``queries._scan``: with a
-logged error, quarantining a damaged record), reports the status or raises the error:
-:func:`read_run` returns None. Body CRCs are not checked here (a cost per record the run
-encoder avoids; ``get_messages`` checks them).
+of another queue (``_sane``: QUEUEID and topic; ``run_records.encode_run`` checks the rest
+of the header against the unit: magic, TOTALSIZE, QUEUEOFFSET). Whatever this reader does
+not serve (a store that follows another process's derived files, an offset outside
+[min, max), fewer than ``MIN_RUN_RECORDS`` records to read, a first unit or record it would
+stop before) it leaves to ``Broker.pull_records``, which skips what must not be served
+(``queries._scan``: with a logged error, quarantining a damaged record), reports the status
+or raises the error: :func:`read_run` returns None. Body CRCs are not checked here (a cost
+per record the run encoder avoids; ``get_messages`` checks them).
 
 Thread-safety: a plain function over thread-safe store parts; call it from any thread.
 """
@@ -41,15 +40,7 @@ from mqcore.errors import StoreClosedError
 from mqcore.store.consume_queue import BLANK_SIZE, CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.quarantine import Quarantine
-from mqcore.store.record_layout import (
-    HEADER_SIZES,
-    HOST_V6_FLAGS,
-    MAGIC_POSITION,
-    MESSAGE_MAGIC_CODE_V1,
-    MIN_RECORD_SIZE,
-    QUEUE_ID_POSITION,
-    SYSFLAG_POSITION,
-)
+from mqcore.store.record_layout import HEADER_SIZES, MIN_RECORD_SIZE, QUEUE_ID_POSITION
 
 from .run_records import Int64s, leading
 
@@ -143,37 +134,37 @@ def _quarantined(quarantine: Quarantine, phys: Int64s, sizes: Int64s) -> np.ndar
 
 
 _V1_IPV4_HEADER = HEADER_SIZES[0]
+_BODY_LENGTH_POSITION = _V1_IPV4_HEADER - 4  # BODYLENGTH ends the header
 
 
 def _sane(data: bytes, positions: Int64s, sizes: Int64s, topic: bytes, queue_id: int) -> int:
-    """How many leading records of the copy are V1 records with IPv4 hosts whose header
-    matches their unit: TOTALSIZE equal to the unit's size, this QUEUEID and this topic."""
+    """How many leading records of the copy have this QUEUEID and, where a V1 record with
+    IPv4 hosts holds it, this topic. The rest of the framing (magic, TOTALSIZE, host
+    widths, QUEUEOFFSET) is ``run_records.encode_run``'s: it stops at a record that fails
+    it, as at any record this check cannot place the topic of, and ``Broker.pull_records``
+    checks that one in full."""
     n = leading(sizes >= MIN_RECORD_SIZE)
     if n == 0:
         return 0
     rel, size = positions[:n], sizes[:n]
     i4 = np.ndarray((len(data) - 3,), ">i4", data, 0, (1,))
-    u8 = np.frombuffer(data, np.uint8)
-    body = i4[rel + _V1_IPV4_HEADER - 4].astype(np.int64)
+    body = i4[rel + _BODY_LENGTH_POSITION]
+    at = rel + _V1_IPV4_HEADER + body  # the topic length byte
+    width = len(topic)
     ok = (
-        (i4[rel] == size)
-        & (i4[rel + MAGIC_POSITION] == MESSAGE_MAGIC_CODE_V1)
-        & (i4[rel + SYSFLAG_POSITION] & HOST_V6_FLAGS == 0)
-        & (i4[rel + QUEUE_ID_POSITION] == queue_id)
+        (i4[rel + QUEUE_ID_POSITION] == queue_id)
         & (body >= 0)
-        & (body <= size - MIN_RECORD_SIZE)
+        & (at + 1 + width + 2 <= rel + size)  # the topic, then PROPERTIESLENGTH
     )
     n = leading(ok)
     if n == 0:
         return 0
-    rel, size, body = rel[:n], size[:n], body[:n]
-    at = rel + _V1_IPV4_HEADER + body  # the topic length byte
-    ok = (u8[at] == len(topic)) & (at + 1 + len(topic) + 2 <= rel + size)
-    n = leading(ok)
-    if n and topic:
-        columns = at[:n, None] + 1 + np.arange(len(topic))
-        n = leading((u8[columns] == np.frombuffer(topic, np.uint8)).all(axis=1))
-    return n
+    at = at[:n]
+    ok = np.frombuffer(data, np.uint8)[at] == width
+    if width:
+        fields = np.ndarray((len(data) - width + 1,), f"S{width}", data, 0, (1,))
+        ok &= fields[at + 1] == topic
+    return leading(ok)
 
 
 def _units(queue: ConsumeQueue, offset: int, count: int) -> np.ndarray | None:
