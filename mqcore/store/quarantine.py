@@ -328,7 +328,8 @@ class Quarantine:
         """Quarantine ``[position, end_position)`` of the segment file ``source`` (whose
         first byte is CommitLog offset ``base_offset``): copy, report, add to the table,
         report the health problem (``report_problem``) and log. A corrupt range already
-        known at that offset is returned as it is.
+        known at (or around) that offset is returned as it is; a new one ends where a known
+        one starts.
 
         Raises:
             OSError: a torn tail's copy or report cannot be written (the caller must then
@@ -338,8 +339,14 @@ class Quarantine:
         with self._lock:
             if kind == "corrupt":
                 known = self._known_locked(offset)
+                if known is None:
+                    known = self.covering(offset)
                 if known is not None:
                     return known
+                # Ranges never overlap: a range met again from an earlier start ends this one.
+                following = self.next_start(offset)
+                if following is not None and following < base_offset + end_position:
+                    end_position = following - base_offset
             copied_end = source.nonzero_end(position, end_position)
             data = source.read(position, copied_end - position)
             found_ms = self.clock.now_ms()

@@ -284,3 +284,24 @@ def test_a_gap_from_quarantined_records_keeps_later_offsets(tmp_path: Path, cloc
         hole = queue.unit_at(victim.queue_offset)
         assert hole is not None and hole.size == 2**31 - 1  # a blank unit
         assert_all_found(store, without(oracle, victim), ids_every=7)
+
+
+def test_ranges_never_overlap_when_damage_spreads(tmp_path: Path, clock: FakeClock):
+    """A record quarantined by a read, then the record before it damaged too: recovery's
+    range for the new damage ends where the known one starts, and both are skipped."""
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        oracle = Oracle()
+        fill(store, oracle, 120, clock)
+        first, second = oracle.messages[60], oracle.messages[61]
+        assert first.phys_offset + first.size == second.phys_offset
+        patch_log(store, second.phys_offset + HEADER_BYTES, b"?")
+        assert store.commit_log.quarantine_unreadable(second.phys_offset, second.size, "t")
+        patch_log(store, first.phys_offset + 4, bytes(4))
+    (tmp_path / "abort").write_text("1")
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        ranges = [(e.offset, e.end) for e in store.quarantine.ranges]
+        assert ranges == [
+            (first.phys_offset, second.phys_offset),
+            (second.phys_offset, second.phys_offset + second.size),
+        ]
+        assert_all_found(store, without(oracle, first, second), ids_every=11)
