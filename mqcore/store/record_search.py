@@ -170,7 +170,8 @@ class SegmentFile:
         First at ``pos + TOTALSIZE`` when that size is plausible and a valid record is there
         (then only the bytes in between are searched, in case a flipped TOTALSIZE happens to
         land on a later record); otherwise by searching the rest of the file."""
-        total, _magic = SIZE_MAGIC.unpack(self.read(pos, SIZE_MAGIC.size))
+        head = self.read(pos, SIZE_MAGIC.size)
+        total = SIZE_MAGIC.unpack(head)[0] if len(head) == SIZE_MAGIC.size else 0
         if MIN_RECORD_SIZE <= total <= self.file_size - pos - BLANK.size:
             kind = self.valid_at(pos + total, base_offset)
             if kind is not None:

@@ -280,6 +280,12 @@ def scan_commit_log(
         while True:
             segment = segments[index]
             base = segment.base_offset
+            if pos >= segment.file_size:  # a record ended at the very end (no blank record)
+                if index + 1 >= len(segments):
+                    report.stop_reason = "end of the last segment"
+                    break
+                index, pos = index + 1, 0
+                continue
             limit = min(segment.file_size, files.data_end(index))
             result: RecordCheck
             if pos < limit:
