@@ -13,12 +13,17 @@ Same reads as ``queries.get_records`` (``mqcore/store``): the units come from th
 file that holds ``offset`` (a run never crosses a ConsumeQueue file end), each file is
 held (``MappedFile.hold``) while it is copied, and a record is readable only below its
 CommitLog file's ``wrote_position``. The run stops at the store-bytes limit (the first
-record always counts), at the end of the CommitLog file holding its first record, and
-before a unit that does not lie after the previous record in the log. Whatever this
-reader does not serve (a store that follows another process's derived files, an offset
-outside [min, max), fewer than ``MIN_RUN_RECORDS`` records to read, an unreadable unit or
-record) it leaves to ``Broker.pull_records``,
-which reports the status or raises the error: :func:`read_run` returns None.
+record always counts), at the end of the CommitLog file holding its first record, before a
+unit that does not lie after the previous record in the log, before a blank unit (a gap in
+the queue), before a unit pointing into a quarantined CommitLog range, and before a record
+of another queue (``_sane``: QUEUEID and topic; ``run_records.encode_run`` checks the rest
+of the header against the unit: magic, TOTALSIZE, QUEUEOFFSET). Whatever this reader does
+not serve (a store that follows another process's derived files, an offset outside
+[min, max), fewer than ``MIN_RUN_RECORDS`` records to read, a first unit or record it would
+stop before) it leaves to ``Broker.pull_records``, which skips what must not be served
+(``queries._scan``: with a logged error, quarantining a damaged record), reports the status
+or raises the error: :func:`read_run` returns None. Body CRCs are not checked here (a cost
+per record the run encoder avoids; ``get_messages`` checks them).
 
 Thread-safety: a plain function over thread-safe store parts; call it from any thread.
 """
@@ -32,8 +37,10 @@ import numpy as np
 from mqcore.broker.broker import Broker
 from mqcore.broker.pulling import check_pull
 from mqcore.errors import StoreClosedError
-from mqcore.store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
+from mqcore.store.consume_queue import BLANK_SIZE, CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
 from mqcore.store.mapped_file import MappedFile
+from mqcore.store.quarantine import Quarantine
+from mqcore.store.record_layout import HEADER_SIZES, MIN_RECORD_SIZE, QUEUE_ID_POSITION
 
 from .run_records import Int64s, leading
 
@@ -95,8 +102,11 @@ def read_run(
     sizes = units["size"].astype(np.int64)
     n = max(1, int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")))
     phys, sizes = phys[:n], sizes[:n]
-    n = leading(sizes > 0)
+    n = leading((sizes > 0) & (sizes != BLANK_SIZE))
     n = min(n, 1 + leading(phys[1:n] >= phys[: n - 1] + sizes[: n - 1]))
+    quarantine = store.commit_log.quarantine
+    if n and quarantine.ranges:
+        n = leading(~_quarantined(quarantine, phys[:n], sizes[:n]))
     if n == 0:
         return None
     phys, sizes = phys[:n], sizes[:n]
@@ -105,9 +115,56 @@ def read_run(
     if copied is None:
         return None
     data, n = copied
-    broker.count_gets(n)
     positions = phys[:n] - phys[0]
-    return RawRun(offset, data, positions, sizes[:n], int(phys[0]), low, high)
+    n = _sane(data, positions, sizes[:n], topic.encode(), queue_id)
+    if n == 0:
+        return None
+    broker.count_gets(n)
+    return RawRun(offset, data, positions[:n], sizes[:n], int(phys[0]), low, high)
+
+
+def _quarantined(quarantine: Quarantine, phys: Int64s, sizes: Int64s) -> np.ndarray:
+    """Whether each record ``[phys, phys + size)`` overlaps a quarantined range."""
+    ranges = quarantine.ranges
+    starts = np.array([r.offset for r in ranges], np.int64)
+    ends = np.array([r.end for r in ranges], np.int64)
+    i = np.searchsorted(starts, phys + sizes - 1, side="right") - 1
+    hit: np.ndarray = (i >= 0) & (ends[np.maximum(i, 0)] > phys)
+    return hit
+
+
+_V1_IPV4_HEADER = HEADER_SIZES[0]
+_BODY_LENGTH_POSITION = _V1_IPV4_HEADER - 4  # BODYLENGTH ends the header
+
+
+def _sane(data: bytes, positions: Int64s, sizes: Int64s, topic: bytes, queue_id: int) -> int:
+    """How many leading records of the copy have this QUEUEID and, where a V1 record with
+    IPv4 hosts holds it, this topic. The rest of the framing (magic, TOTALSIZE, host
+    widths, QUEUEOFFSET) is ``run_records.encode_run``'s: it stops at a record that fails
+    it, as at any record this check cannot place the topic of, and ``Broker.pull_records``
+    checks that one in full."""
+    n = leading(sizes >= MIN_RECORD_SIZE)
+    if n == 0:
+        return 0
+    rel, size = positions[:n], sizes[:n]
+    i4 = np.ndarray((len(data) - 3,), ">i4", data, 0, (1,))
+    body = i4[rel + _BODY_LENGTH_POSITION]
+    at = rel + _V1_IPV4_HEADER + body  # the topic length byte
+    width = len(topic)
+    ok = (
+        (i4[rel + QUEUE_ID_POSITION] == queue_id)
+        & (body >= 0)
+        & (at + 1 + width + 2 <= rel + size)  # the topic, then PROPERTIESLENGTH
+    )
+    n = leading(ok)
+    if n == 0:
+        return 0
+    at = at[:n]
+    ok = np.frombuffer(data, np.uint8)[at] == width
+    if width:
+        fields = np.ndarray((len(data) - width + 1,), f"S{width}", data, 0, (1,))
+        ok &= fields[at + 1] == topic
+    return leading(ok)
 
 
 def _units(queue: ConsumeQueue, offset: int, count: int) -> np.ndarray | None:

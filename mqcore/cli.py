@@ -38,7 +38,7 @@ from mqcore.store.geometry import Geometry, infer_geometry
 from mqcore.store.hashing import masked_crc32
 from mqcore.store.index_service import IndexService
 from mqcore.store.record_layout import MESSAGE_MAGIC_CODE_V2
-from mqcore.store.verify import CheckReport, check_store
+from mqcore.store.verify import CheckReport, QuarantineInfo, check_store
 
 __all__ = ["main"]
 
@@ -378,6 +378,15 @@ def _print_check(report: CheckReport, max_defects: int) -> None:
         f"{f.end_phys_offset}  stored {_ts(f.begin_timestamp)} .. {_ts(f.end_timestamp)}"
         for f in report.index_files
     )
+    if report.quarantine:
+        corrupt = [q for q in report.quarantine if q.kind == "corrupt"]
+        open_ = sum(1 for q in corrupt if not q.acknowledged)
+        tails = len(report.quarantine) - len(corrupt)
+        out.append(
+            f"quarantine  {_count(len(corrupt), 'corrupt range')} ({open_} not acknowledged), "
+            f"{_count(tails, 'torn tail copy', 'torn tail copies')}"
+        )
+        out += _rows(_quarantine_row(q) for q in report.quarantine)
     out += [f"note: {note}" for note in report.notes]
     out += [f"defect: {line}" for line in report.defects[:max_defects]]
     if report.defect_count > max_defects:
@@ -392,8 +401,24 @@ def _print_check(report: CheckReport, max_defects: int) -> None:
     print("\n".join(out))
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
+
+
+def _quarantine_row(q: QuarantineInfo) -> str:
+    if q.kind != "corrupt":
+        state = "torn tail cut"
+    elif q.acknowledged is None:
+        state = "corrupt, no health problem recorded"
+    elif q.acknowledged:
+        state = f"corrupt, acknowledged by {q.acknowledged_by}"
+    else:
+        state = "corrupt, NOT acknowledged"
+    messages = f"; messages: {q.messages}" if q.messages else ""
+    return (
+        f"  {q.name}  phys {q.offset} .. {q.end}  {q.length} bytes  {q.segment}@{q.position}  "
+        f"{state}; found by {q.found_by} {_ts(q.found_ms)}: {q.reason}{messages}"
+    )
 
 
 def _rows(rows: Any) -> list[str]:

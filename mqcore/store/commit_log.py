@@ -20,7 +20,9 @@ Invariants:
     position moves), so they never see half a record.
 
 Crash behaviour: the CommitLog is the source of truth and carries a CRC per record; recovery
-(``recovery.py``) scans it, truncates a torn tail and rebuilds what is derived from it.
+(``recovery.py``) scans it, quarantines corrupt ranges in the middle of the log
+(``quarantine.py``: kept in place, skipped by reput and by every read here), cuts a torn tail
+and rebuilds what is derived from it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import NamedTuple
 from mqcore.clock import Clock
 from mqcore.errors import CorruptRecordError, MessageIllegalError
 from mqcore.message import Message, MessageExt
+from mqcore.store.body_crc import body_crc
 from mqcore.store.config import StoreConfig
 from mqcore.store.delay_levels import parse_delay_levels
 from mqcore.store.format import (
@@ -50,6 +53,7 @@ from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
 from mqcore.store.prefault import reserve_chunk_bytes
+from mqcore.store.quarantine import Quarantine, record_header
 from mqcore.store.record_layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -59,6 +63,7 @@ from mqcore.store.record_layout import (
     SYSFLAG_POSITION,
     store_timestamp_position,
 )
+from mqcore.store.record_search import SegmentFile
 from mqcore.store.results import BatchPutResults
 from mqcore.store.segments import MappedFileQueue
 
@@ -122,6 +127,9 @@ class CommitLog:
         self._flush_lock = threading.Lock()
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.delay_levels_ms = parse_delay_levels(config.message_delay_level)
+        #: Corrupt ranges that reput and readers skip; the store replaces it with its own
+        #: (which reports to its health), tools keep this one (loaded by whoever needs it).
+        self.quarantine = Quarantine(root, clock, readonly=readonly)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -329,8 +337,20 @@ class CommitLog:
         size, _magic = SIZE_MAGIC.unpack(head)
         return size if size > 0 else None
 
-    def message_at(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
-        """Decode the record at ``phys_offset`` (spec 7.3), or None if it is not there."""
+    def message_at(
+        self, phys_offset: int, size: int | None = None, *, check_crc: bool = False
+    ) -> MessageExt | None:
+        """Decode the record at ``phys_offset`` (spec 7.3), or None if it is not there, is
+        not a whole record, or lies in a quarantined range (logged).
+
+        With ``check_crc`` the body CRC is checked too; a mismatch is quarantined (found by
+        a read, :meth:`quarantine_unreadable`) and the record not returned."""
+        quarantine = self.quarantine
+        if quarantine.ranges:
+            entry = quarantine.covering(phys_offset, size or 1)
+            if entry is not None:
+                quarantine.log_skip(entry, "a read", f"the record at {phys_offset}")
+                return None
         if size is None:
             size = self.record_size_at(phys_offset)
             if size is None:
@@ -343,7 +363,49 @@ class CommitLog:
             message = decode_record(raw, 0)
         except CorruptRecordError:
             return None
-        return message if message.phys_offset == phys_offset else None
+        if message.phys_offset != phys_offset:
+            return None
+        if check_crc and body_crc(message.body) != message.body_crc:
+            reason = (
+                f"body CRC mismatch: stored {message.body_crc}, computed {body_crc(message.body)}"
+            )
+            self.quarantine_unreadable(phys_offset, size, reason)
+            return None
+        return message
+
+    def quarantine_unreadable(self, phys_offset: int, size: int, reason: str) -> bool:
+        """A read found no good record of ``size`` bytes at ``phys_offset`` (where a
+        ConsumeQueue unit or an index entry says one is): quarantine those bytes if the
+        CommitLog is really damaged there, not the pointer. Returns whether it did.
+
+        The bytes count as damaged only when no valid record starts at ``phys_offset``
+        (CRC and PHYSICALOFFSET checked; a valid record whose topic is not a valid name
+        counts as damaged, since no CRC covers the topic), none starts inside the range,
+        and the range is followed by a valid record, a blank record or the written end: the
+        pointer frames a record that went bad. Anything else is a wrong pointer (a damaged
+        derived file): logged by the caller, never quarantined, so a good record is never
+        skipped because a unit pointed at it wrongly.
+        """
+        segment = self.segments.find(phys_offset)
+        if segment is None or size <= 0:
+            return False
+        base = segment.base_offset
+        pos = phys_offset - base
+        end = pos + size
+        written = segment.wrote_position
+        if pos < 0 or end > written:
+            return False
+        with SegmentFile(segment.path, self.file_size) as f:
+            if f.valid_at(pos, base) == "record":
+                header = record_header(f.read(pos, size), phys_offset)
+                if header is None or header.topic is not None:
+                    return False  # an intact record: the pointer is what is wrong
+            if end < written and f.valid_at(end, base) is None:
+                return False
+            if f.find_valid(pos + 1, end, base) is not None:
+                return False
+            self.quarantine.quarantine(f, base, pos, end, reason=reason, found_by="read")
+        return True
 
     def store_time_of(self, phys_offset: int, size: int) -> int:
         """STORETIMESTAMP of the record at ``phys_offset``, or -1 (``pickupStoreTimestamp``)."""
@@ -364,20 +426,33 @@ class CommitLog:
         Yields each record's :class:`DispatchRequest`; the last item is always an ``int``:
         the offset the walk reached, where the next walk starts. It stops at ``end_offset``,
         after about ``max_bytes``, at a record not fully written yet, or at a corrupt record
-        with no size to skip (a torn tail: recovery's business). A blank record jumps to the
-        next segment; a corrupt record that states its size is skipped, as RocketMQ does.
+        with no size to skip (recovery's business: a torn tail, or corruption another
+        process quarantines; the quarantine is re-read then). A blank record jumps to the
+        next segment; a quarantined range is jumped over (logged once); a corrupt record
+        that states its size is skipped, as RocketMQ does.
         """
+        quarantine = self.quarantine
         offset = max(from_offset, self.min_offset)
         budget_end = offset + max_bytes
         while offset < end_offset and offset < budget_end:
+            bad = None
+            if quarantine.ranges:
+                entry = quarantine.covering(offset)
+                if entry is not None:
+                    quarantine.log_skip(entry, "reput", f"CommitLog {offset}..{entry.end}")
+                    offset = entry.end
+                    continue
+                bad = quarantine.next_start(offset)
             segment = self.segments.find(offset)
             if segment is None or not segment.hold():
                 break
             base = segment.base_offset
             pos = offset - base
-            to_next_segment = False
+            to_next_segment = stalled = False
             try:
                 limit = min(segment.wrote_position, end_offset - base)
+                if bad is not None:
+                    limit = min(limit, bad - base)
                 stop = min(limit, budget_end - base)
                 buf = segment.buffer
                 while pos < stop:
@@ -391,13 +466,19 @@ class CommitLog:
                     elif isinstance(result, Corrupt) and result.size > 0:
                         pos += result.size
                     else:  # NeedMore, or Corrupt with nothing to skip: wait for recovery
+                        stalled = isinstance(result, Corrupt)
                         break
             finally:
                 segment.release()
-            if not to_next_segment:
-                offset = base + pos
-                break
-            offset = base + self.file_size
+            if to_next_segment:
+                offset = base + self.file_size
+                continue
+            offset = base + pos
+            if bad is not None and offset == bad and not stalled:
+                continue  # at a quarantined range: jumped next round
+            if stalled:
+                quarantine.refresh()  # another process may have quarantined it
+            break
         yield offset
 
     # -- tools ----------------------------------------------------------------------------

@@ -725,26 +725,43 @@ def dispatch_columns(
     max_bytes: int,
     delay_levels_ms: Sequence[int],
 ) -> tuple[Columns, int]:
-    """:meth:`CommitLog.iter_dispatch`'s walk as columns (reput's): the same segments, stops
-    and records. Returns the columns and the offset the walk reached."""
+    """:meth:`CommitLog.iter_dispatch`'s walk as columns (reput's): the same segments, stops,
+    quarantined ranges jumped over and records. Returns the columns and the offset the walk
+    reached."""
     out = Columns()
+    quarantine = commit_log.quarantine
     offset = max(from_offset, commit_log.min_offset)
     budget_end = offset + max_bytes
     while offset < end_offset and offset < budget_end:
+        bad = None
+        if quarantine.ranges:
+            entry = quarantine.covering(offset)
+            if entry is not None:
+                quarantine.log_skip(entry, "reput", f"CommitLog {offset}..{entry.end}")
+                offset = entry.end
+                continue
+            bad = quarantine.next_start(offset)
         segment = commit_log.segments.find(offset)
         if segment is None or not segment.hold():
             break
         base = segment.base_offset
         try:
             limit = min(segment.wrote_position, end_offset - base)
+            if bad is not None:
+                limit = min(limit, bad - base)
             stop = min(limit, budget_end - base)
             pos, to_next_segment = scan_columns(
                 segment.buffer, offset - base, stop, limit, delay_levels_ms, out
             )
         finally:
             segment.release()
-        if not to_next_segment:
-            offset = base + pos
-            break
-        offset = base + commit_log.file_size
+        if to_next_segment:
+            offset = base + commit_log.file_size
+            continue
+        offset = base + pos
+        if bad is not None and offset == bad:
+            continue  # at a quarantined range: jumped next round
+        if offset < stop + base:
+            quarantine.refresh()  # stopped at a bad record: another process may know it
+        break
     return out, offset

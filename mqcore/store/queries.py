@@ -6,21 +6,28 @@ short function and the facade stays a facade.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterable
 
-from mqcore.errors import ValidationError
+from mqcore.errors import CorruptRecordError, ValidationError
 from mqcore.message import MessageExt
 from mqcore.store.commit_log import CommitLog
-from mqcore.store.consume_queue import ConsumeQueue
+from mqcore.store.consume_queue import BLANK_SIZE, ConsumeQueue, Unit
 from mqcore.store.index_service import IndexService
 from mqcore.store.msgid import decode_offset_msg_id
 from mqcore.store.record_reader import RecordReader
 from mqcore.store.record_views import RecordsResult, RecordView
 from mqcore.store.results import GetResult, GetStatus
 
+log = logging.getLogger(__name__)
+
 MAX_FILTER_SCAN_BYTES = 16_000  # maxFilterMessageSize: how far a filtered pull scans (spec 7.1)
 CQ_UNIT_SIZE = 20
 INDEX_TIME_GRANULARITY_MS = 1000  # IndexFile entries store time differences in seconds (4.3)
+#: Pulls (``get_messages``, the REST and broker pull path) and lookups by key or id recompute
+#: each record's body CRC: a body damaged after recovery scanned it is quarantined, never
+#: served. Measured cost on ``bench/engine.py``'s pull row: see the module docstring.
+CHECK_CRC_ON_PULL = True
 
 
 def get_messages(
@@ -34,10 +41,13 @@ def get_messages(
     """Spec 7.1's status table, then a scan of at most one ConsumeQueue file.
 
     Without a filter, only the ``max_count`` units that can be returned are read; with one,
-    up to ``MAX_FILTER_SCAN_BYTES`` of units (RocketMQ's bound on a filtered scan)."""
-    with RecordReader(commit_log) as reader:
+    up to ``MAX_FILTER_SCAN_BYTES`` of units (RocketMQ's bound on a filtered scan). Each
+    record's header is checked against its unit and its body CRC recomputed
+    (:data:`CHECK_CRC_ON_PULL`); :func:`_scan` says what is skipped."""
+    key = (queue.topic, queue.queue_id) if queue is not None else None
+    with RecordReader(commit_log, queue=key, check_crc=CHECK_CRC_ON_PULL) as reader:
         status, next_offset, low, high, messages = _scan(
-            queue, offset, max_count, tag_filter, max_bytes, reader.message
+            commit_log, queue, offset, max_count, tag_filter, max_bytes, reader.message
         )
     return GetResult(status, next_offset, low, high, messages)
 
@@ -45,9 +55,10 @@ def get_messages(
 def get_records(
     commit_log: CommitLog, queue: ConsumeQueue | None, offset: int, max_count: int, max_bytes: int
 ) -> RecordsResult:
-    """:func:`get_messages` without a filter, as raw records (``record_views.py``)."""
-
-    with RecordReader(commit_log) as reader:
+    """:func:`get_messages` without a filter, as raw records (``record_views.py``): the
+    same skips and header checks, no CRC (the records are not decoded here)."""
+    key = (queue.topic, queue.queue_id) if queue is not None else None
+    with RecordReader(commit_log, queue=key) as reader:
         raw = reader.raw
 
         def view(phys_offset: int, size: int, queue_offset: int) -> RecordView | None:
@@ -55,12 +66,13 @@ def get_records(
             return None if data is None else RecordView(data, phys_offset, queue_offset)
 
         status, next_offset, low, high, records = _scan(
-            queue, offset, max_count, None, max_bytes, view, with_offset=True
+            commit_log, queue, offset, max_count, None, max_bytes, view, with_offset=True
         )
     return RecordsResult(status, next_offset, low, high, records)
 
 
 def _scan[T](
+    commit_log: CommitLog,
     queue: ConsumeQueue | None,
     offset: int,
     max_count: int,
@@ -71,7 +83,14 @@ def _scan[T](
     with_offset: bool = False,
 ) -> tuple[GetStatus, int, int, int, list[T]]:
     """The status table and the unit walk, shared by the two read forms: ``read(phys_offset,
-    size[, queue_offset])`` gives an item, or None when the bytes are gone."""
+    size[, queue_offset])`` gives an item, or None when the bytes are gone.
+
+    Never served, each with a logged error, the walk going on past them: a blank unit in
+    the middle of the queue (a gap where records are missing: ``ConsumeQueue.put``), a
+    unit pointing into a quarantined range, and a record that fails ``read``'s checks
+    (``CorruptRecordError``), which is quarantined when the log is damaged there
+    (``CommitLog.quarantine_unreadable``). A read of nothing but such units answers
+    NO_MATCHED_MESSAGE with ``next_offset`` past them, so a consumer moves on."""
     if queue is None:
         return GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, []
     low, high = queue.min_offset, queue.max_offset
@@ -92,28 +111,91 @@ def _scan[T](
     if not units:
         per_file = queue.file_size // CQ_UNIT_SIZE
         return GetStatus.OFFSET_FOUND_NULL, offset + per_file - offset % per_file, low, high, []
+    quarantine = commit_log.quarantine
+    quarantine.refresh()
+    ranges = quarantine.ranges
     status = GetStatus.NO_MATCHED_MESSAGE
     items: list[T] = []
+    blanks: list[int] = []
     total_bytes = 0
     next_offset = offset
     for unit in units:
-        if items and (len(items) >= max_count or total_bytes + unit.size > max_bytes):
+        if items and len(items) >= max_count:
+            break
+        phys, size = unit.phys_offset, unit.size
+        if size == BLANK_SIZE and phys == 0:
+            blanks.append(unit.queue_offset)
+            next_offset = unit.queue_offset + 1
+            continue
+        if items and total_bytes + size > max_bytes:
             break
         next_offset = unit.queue_offset + 1
         if codes is not None and _int32(unit.tags_code) not in codes:
             continue
-        if with_offset:
-            item = read(unit.phys_offset, unit.size, unit.queue_offset)
-        else:
-            item = read(unit.phys_offset, unit.size)
+        if ranges:
+            entry = quarantine.covering(phys, size)
+            if entry is not None:
+                what = f"{queue.topic}-{queue.queue_id} offset {unit.queue_offset}"
+                quarantine.log_skip(entry, "a pull", what)
+                continue
+        try:
+            if with_offset:
+                item = read(phys, size, unit.queue_offset)
+            else:
+                item = read(phys, size)
+        except CorruptRecordError as exc:
+            _unreadable(commit_log, queue, unit, exc)
+            continue
         if item is None:
             if not items:
                 status = GetStatus.MESSAGE_WAS_REMOVING
             continue
         items.append(item)
-        total_bytes += unit.size
+        total_bytes += size
         status = GetStatus.FOUND
+    if blanks:
+        what = (
+            f"{len(blanks)} blank unit(s) up to offset {blanks[-1]}: a gap whose records "
+            "are missing from the CommitLog"
+        )
+        _log_once(queue, blanks[0], what)
     return status, next_offset, low, high, items
+
+
+def _unreadable(
+    commit_log: CommitLog, queue: ConsumeQueue, unit: Unit, exc: CorruptRecordError
+) -> None:
+    """A unit whose record fails the reader's checks: quarantine the bytes if the log is
+    damaged there, else log that the unit is wrong (a derived file to rebuild)."""
+    where = f"{queue.topic}-{queue.queue_id} offset {unit.queue_offset}"
+    reason = f"found by a pull of {where}: {exc.detail}"
+    if commit_log.quarantine_unreadable(unit.phys_offset, unit.size, reason):
+        return
+    _log_once(
+        queue,
+        unit.queue_offset,
+        f"a unit (CommitLog {unit.phys_offset}, {unit.size} bytes) whose record fails its "
+        f"checks ({exc.detail}); not quarantined: the unit may be wrong (a damaged "
+        "ConsumeQueue) or the records around it damaged too (python -m mqcore check and "
+        "the next start tell)",
+    )
+
+
+_logged: set[tuple[str, int, int]] = set()
+_LOGGED_MAX = 10_000
+
+
+def _log_once(queue: ConsumeQueue, queue_offset: int, what: str) -> None:
+    """An ERROR the first time a unit is skipped in this process, DEBUG after."""
+    key = (queue.topic, queue.queue_id, queue_offset)
+    first = key not in _logged
+    if first and len(_logged) < _LOGGED_MAX:
+        _logged.add(key)
+    log.log(
+        logging.ERROR if first else logging.DEBUG,
+        "%s-%d offset %d: skipped %s",
+        queue.topic, queue.queue_id, queue_offset, what,
+    )  # fmt: skip
 
 
 def _int32(value: int) -> int:
@@ -157,7 +239,7 @@ def query_by_key(
         for phys in sorted(set(result.phys_offsets)):
             if phys in found:
                 continue
-            message = commit_log.message_at(phys)
+            message = commit_log.message_at(phys, check_crc=CHECK_CRC_ON_PULL)
             if message is None:
                 continue
             earliest = min(earliest, message.store_timestamp)
@@ -183,7 +265,7 @@ def view_by_id(
     except ValidationError:
         phys = -1
     if phys >= 0:
-        message = commit_log.message_at(phys)
+        message = commit_log.message_at(phys, check_crc=CHECK_CRC_ON_PULL)
         if message is not None and message.offset_msg_id.upper() == text:
             return message
     for topic in topics:

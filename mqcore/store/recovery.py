@@ -1,4 +1,4 @@
-"""Recovery: from whatever the last run left on disk to a consistent store (spec 5.4–5.8).
+"""Recovery: from whatever the last run left on disk to a consistent store (spec 5.4-5.8).
 
 The passes, in order (as Kafka's ``LogLoader.load`` comments them):
 
@@ -10,23 +10,39 @@ The passes, in order (as Kafka's ``LogLoader.load`` comments them):
    offset they reach: everything below it was dispatched already.
 4. Scan the CommitLog with CRC checks from a safe segment: after a clean exit, the newest
    segment whose first record is already dispatched; after a crash, the newest whose first
-   record is older than the checkpoint. Records past the dispatched offset (every record,
-   after a crash) are dispatched again; the ConsumeQueue and IndexFile writes skip what
-   they already hold, so that is idempotent.
-5. Truncate the torn tail: the CommitLog ends after the last valid record; ConsumeQueue
-   units and index files that point at or past it are cut and rebuilt from the log. The cut
-   bytes are zeroed, so that no later scan can read them back.
-6. The caller rebuilds the in-memory queue offset table and corrects queue min offsets.
+   record is older than the checkpoint; in either case no later than a segment that was
+   found cut short. Records past the dispatched offset (every record, after a crash) are
+   dispatched again; the ConsumeQueue and IndexFile writes skip what they already hold, so
+   that is idempotent.
+5. A record that fails its checks is not the end of the log unless nothing valid follows
+   it. Valid records are looked for after it (``record_search``: at ``pos + TOTALSIZE``
+   when that size is plausible, else by the magic code, in this segment and then in later
+   ones). If one is found, the bytes in between are *mid-log corruption*: quarantined
+   (``quarantine.py``: copied aside, reported, skipped by reput and readers, kept in
+   place) and the scan carries on with the records after them. Only bytes after the last
+   valid record that no valid record follows are a *torn tail*: their non-zero bytes are
+   copied to the quarantine, then zeroed (so that no later scan can read them back), and
+   later segments (which hold no valid record) are deleted.
+6. ConsumeQueue units and index files that point at or past the end are cut and rebuilt
+   from the log; the cut units are zeroed too.
+7. The caller rebuilds the in-memory queue offset table (raised past the offsets that
+   quarantined records had) and corrects queue min offsets.
 
-Crash behaviour: recovery itself only truncates what it found invalid and rewrites derived
-files; killed halfway, the next start simply recovers again from the same inputs.
+The bytes a segment holds beyond its last record are read with ``os.pread`` and
+``lseek(SEEK_DATA/SEEK_HOLE)`` (``record_search``), never through the mapping: the cost of a
+start does not grow with the segment size, and a sparse segment on a full tmpfs cannot
+raise SIGBUS.
+
+Crash behaviour: recovery only cuts a tail it has copied first, and only rewrites derived
+files; killed halfway, the next start recovers again from the same inputs (a corrupt range
+quarantined before the kill is found again and recognised by its offset).
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from mqcore.store.checkpoint import Checkpoint
@@ -38,22 +54,30 @@ from mqcore.store.format import (
     Corrupt,
     DispatchRequest,
     NeedMore,
+    RecordCheck,
     Valid,
     check_record,
     decode_dispatch,
 )
 from mqcore.store.index_service import IndexService
 from mqcore.store.mapped_file import MappedFile
+from mqcore.store.quarantine import QuarantineEntry
+from mqcore.store.record_search import SegmentFile
 
 log = logging.getLogger(__name__)
 
 Dispatch = Callable[[DispatchRequest], None]
 
+#: Store health problem kind of a CommitLog segment found cut short.
+TRUNCATED_KIND = "commitlog_truncated"
+
 
 @dataclass
 class RecoveryReport:
-    """What recovery found and what it dropped. ``dropped_bytes`` counts the non-zero bytes
-    cut from the CommitLog tail: 0 after a clean exit or a crash between records."""
+    """What recovery found and what it cut. ``dropped_bytes`` counts the non-zero bytes
+    cut from the CommitLog tail (copied to the quarantine first): 0 after a clean exit or a
+    crash between records. ``quarantined`` lists the corrupt ranges met by the scan (kept in
+    place and skipped), ``tail_copies`` the copies of what was cut."""
 
     last_exit_ok: bool
     scan_from: int = 0
@@ -63,6 +87,12 @@ class RecoveryReport:
     stop_reason: str = ""
     dropped_bytes: int = 0
     deleted_segments: list[str] = field(default_factory=list)
+    quarantined: list[QuarantineEntry] = field(default_factory=list)
+    tail_copies: list[QuarantineEntry] = field(default_factory=list)
+    #: Where a torn tail starts (None when the scan ended at a blank record).
+    tail_from: int | None = None
+    #: Segments found cut short: (file name, length found).
+    truncated_segments: list[tuple[str, int]] = field(default_factory=list)
     index_files_dropped: list[str] = field(default_factory=list)
     index_rebuilt_from: int | None = None
 
@@ -73,18 +103,69 @@ class RecoveryReport:
             f"({self.records_scanned} records checked from {self.scan_from}, "
             f"{self.records_dispatched} dispatched)"
         )
+        if self.quarantined:
+            ranges = ", ".join(f"{e.offset}..{e.end}" for e in self.quarantined)
+            text += f"; quarantined corrupt ranges {ranges} (kept, skipped)"
         if self.dropped_bytes or self.deleted_segments:
             text += (
-                f"; dropped {self.dropped_bytes} bytes of torn tail ({self.stop_reason})"
-                f", deleted segments {self.deleted_segments or 'none'}"
+                f"; cut {self.dropped_bytes} bytes of torn tail ({self.stop_reason}), "
+                f"copied to the quarantine first; deleted segments "
+                f"{self.deleted_segments or 'none'}"
+            )
+        if self.truncated_segments:
+            text += "; segments found cut short: " + ", ".join(
+                f"{name} ({length} bytes)" for name, length in self.truncated_segments
             )
         if self.index_files_dropped:
             text += f"; index files rebuilt: {self.index_files_dropped}"
         return text
 
+    @property
+    def eventful(self) -> bool:
+        """Whether anything was cut, quarantined or rebuilt (logged as a warning)."""
+        return bool(
+            self.dropped_bytes
+            or self.deleted_segments
+            or self.quarantined
+            or self.truncated_segments
+            or self.index_files_dropped
+        )
 
-def _first_record(segment: MappedFile, check_crc: bool) -> Valid | None:
-    result = check_record(segment.buffer, 0, segment.file_size, check_crc=check_crc)
+
+class _Files:
+    """The scan's :class:`SegmentFile` per segment, opened once each, closed together."""
+
+    def __init__(self, segments: tuple[MappedFile, ...], file_size: int, stack: ExitStack):
+        self._segments = segments
+        self._file_size = file_size
+        self._stack = stack
+        self._open: dict[int, SegmentFile] = {}
+        self._data_ends: dict[int, int] = {}
+
+    def __getitem__(self, index: int) -> SegmentFile:
+        opened = self._open.get(index)
+        if opened is None:
+            path = self._segments[index].path
+            opened = self._stack.enter_context(SegmentFile(path, self._file_size))
+            self._open[index] = opened
+        return opened
+
+    def data_end(self, index: int) -> int:
+        """Where the segment's written data ends (a hole after it reads as zeros)."""
+        end = self._data_ends.get(index)
+        if end is None:
+            end = self._data_ends[index] = self[index].data_end()
+        return end
+
+
+def _first_record(segment: MappedFile, file_size: int, check_crc: bool) -> Valid | None:
+    """The segment's first record, read from the file (``_Files``' rule: no mapping)."""
+    with SegmentFile(segment.path, file_size) as f:
+        head = f.read(0, 8)
+        total = int.from_bytes(head[:4], "big", signed=True)
+        if not 0 < total <= file_size:
+            return None
+        result = check_record(f.read(0, total), 0, total, check_crc=check_crc)
     return result if isinstance(result, Valid) and result.store_timestamp != 0 else None
 
 
@@ -95,10 +176,11 @@ def choose_start_segment(
     dispatched_offset: int,
     checkpoint_min_timestamp: int,
     check_crc: bool,
+    file_size: int | None = None,
 ) -> int:
     """Index of the segment the scan starts from (spec 5.6 HEAD rule, 5.7)."""
     for i in range(len(segments) - 1, 0, -1):
-        first = _first_record(segments[i], check_crc)
+        first = _first_record(segments[i], file_size or segments[i].file_size, check_crc)
         if first is None:
             continue
         if last_exit_ok and first.phys_offset <= dispatched_offset:
@@ -108,60 +190,69 @@ def choose_start_segment(
     return 0
 
 
-def _nonzero_tail(segment: MappedFile, pos: int) -> int:
-    """How many bytes from ``pos`` to the last non-zero byte of the segment (read from the
-    file's data ranges only: ``MappedFile.nonzero_end``)."""
-    return segment.nonzero_end(pos) - pos
-
-
-def _stop_reason(result: object, offset: int, report: RecoveryReport) -> str:
-    """Why the scan stopped at ``offset``. A bad CRC or magic is ``Corrupt`` with size 0,
-    like a zero-filled tail: the non-zero bytes after ``offset`` tell them apart."""
-    if not report.dropped_bytes:
-        return f"end of written data at {offset}"
+def _failure(result: RecordCheck, offset: int) -> str:
     if isinstance(result, NeedMore):
-        return f"record at {offset} runs past its segment"
-    detail = result.detail if isinstance(result, Corrupt) else "unreadable"
-    return f"corrupt record at {offset}: {detail}"
+        return f"record at {offset} claims {result.needed} bytes, more than were written"
+    if isinstance(result, Corrupt):
+        return f"record at {offset}: {result.detail}"
+    return f"no record at {offset}"
 
 
-def _zero(segment: MappedFile, pos: int, length: int) -> None:
-    """Overwrite ``length`` bytes at ``pos`` with zeros and msync them."""
-    if length <= 0:
-        return
-    chunk = 1 << 20
-    for start in range(pos, pos + length, chunk):
-        segment.write_at(start, bytes(min(chunk, pos + length - start)))
-    aligned = pos - pos % mmap.PAGESIZE
-    segment.buffer.flush(aligned, pos + length - aligned)
+def _resume(
+    files: _Files, segments: tuple[MappedFile, ...], index: int, pos: int
+) -> tuple[int, int] | None:
+    """Segment index and position of the first valid record (or end-of-file blank record)
+    after the bad one at ``pos`` of ``segments[index]``, in it or in a later segment."""
+    found = files[index].resume_after(pos, segments[index].base_offset)
+    if found is not None:
+        return index, found[0]
+    for j in range(index + 1, len(segments)):
+        base = segments[j].base_offset
+        if files[j].valid_at(0, base) is not None:
+            return j, 0
+        found = files[j].find_valid(1, files[j].file_size, base)
+        if found is not None:
+            return j, found[0]
+    return None
 
 
-def zero_dropped_tails(
-    commit_log: CommitLog, end_offset: int, queue_ends: dict[ConsumeQueue, int]
+def _locate(segments: tuple[MappedFile, ...], index: int, offset: int) -> tuple[int, int] | None:
+    """Segment index and position of ``offset`` in ``segments[index:]``, if there."""
+    for j in range(index, len(segments)):
+        base = segments[j].base_offset
+        if base <= offset < base + segments[j].file_size:
+            return j, offset - base
+    return None
+
+
+def _quarantine_between(
+    commit_log: CommitLog,
+    files: _Files,
+    start: tuple[int, int],
+    resume: tuple[int, int],
+    reason: str,
+    report: RecoveryReport,
 ) -> None:
-    """Zero what truncation dropped, in the CommitLog and in the ConsumeQueues.
-
-    Truncation only moves positions; the dropped bytes would stay on disk behind them.
-    Later writes overwrite them only partly, and the next recovery reads on to the first
-    invalid record or unit: dropped ConsumeQueue units would come back (pointing at
-    whatever the new records are), and a dropped record that happens to start where the
-    new records end would be dispatched again. Zeros end both scans where they should.
-
-    Args:
-        end_offset: the new end of the CommitLog.
-        queue_ends: each queue's end (byte offset) before it was truncated.
-    """
-    segment = commit_log.segments.find(end_offset)
-    if segment is not None:
-        pos = end_offset - segment.base_offset
-        _zero(segment, pos, _nonzero_tail(segment, pos))
-    for queue, old_end in queue_ends.items():
-        last = queue.segments.last()
-        if last is None:
-            continue
-        start = last.wrote_position
-        stop = min(old_end - last.base_offset, last.file_size)
-        _zero(last, start, stop - start)
+    """Quarantine the bytes from ``start`` up to ``resume`` (segment index, position), one
+    range per segment they cover."""
+    segments = commit_log.segments.files
+    file_size = commit_log.file_size
+    (index, pos), (resume_index, resume_pos) = start, resume
+    pieces = []
+    if resume_index == index:
+        pieces.append((index, pos, resume_pos))
+    else:
+        pieces.append((index, pos, file_size))
+        pieces += [(j, 0, file_size) for j in range(index + 1, resume_index)]
+        if resume_pos > 0:
+            pieces.append((resume_index, 0, resume_pos))
+    first = segments[index].base_offset + pos
+    for j, a, b in pieces:
+        why = reason if j == index else f"no valid record here (after the corruption at {first})"
+        entry = commit_log.quarantine.quarantine(
+            files[j], segments[j].base_offset, a, b, reason=why, found_by="recovery"
+        )
+        report.quarantined.append(entry)
 
 
 def scan_commit_log(
@@ -173,42 +264,183 @@ def scan_commit_log(
     dispatch: Dispatch,
     report: RecoveryReport,
 ) -> int:
-    """Check records from segment ``start_index`` on; return the end of the last valid one."""
+    """Check records from segment ``start_index`` on; return the end of the last valid one.
+
+    Mid-log corruption is quarantined on the way (module docstring, pass 5); where a torn
+    tail starts is left in ``report.tail_from`` for :func:`keep_torn_tail`."""
     segments = commit_log.segments.files
     check_crc = commit_log.config.check_crc_on_recover
     levels = commit_log.delay_levels_ms
+    quarantine = commit_log.quarantine
     index = start_index
-    segment = segments[index]
-    report.scan_from = segment.base_offset
+    report.scan_from = segments[index].base_offset
     pos = 0
-    while True:
-        buf = segment.buffer
-        result = check_record(buf, pos, segment.file_size, check_crc=check_crc)
-        if isinstance(result, Valid):
-            offset = segment.base_offset + pos
-            report.records_scanned += 1
-            if dispatch_all or offset > dispatch_from:
-                request = decode_dispatch(buf, pos, segment.file_size, delay_levels_ms=levels)
-                if isinstance(request, DispatchRequest):
-                    dispatch(request)
-                    report.records_dispatched += 1
-            pos += result.size
-        elif isinstance(result, Blank):
-            if index + 1 >= len(segments):
-                report.stop_reason = "end of the last segment"
-                break
-            index += 1
+    with ExitStack() as stack:
+        files = _Files(segments, commit_log.file_size, stack)
+        while True:
             segment = segments[index]
-            pos = 0
-        else:
-            report.dropped_bytes = _nonzero_tail(segment, pos)
-            report.stop_reason = _stop_reason(result, segment.base_offset + pos, report)
-            break
-    end_offset = segment.base_offset + pos
-    for later in segments[index + 1 :]:
-        report.dropped_bytes += _nonzero_tail(later, 0)
-        report.deleted_segments.append(later.path.name)
-    return end_offset
+            base = segment.base_offset
+            if pos >= segment.file_size:  # a record ended at the very end (no blank record)
+                if index + 1 >= len(segments):
+                    report.stop_reason = "end of the last segment"
+                    break
+                index, pos = index + 1, 0
+                continue
+            limit = min(segment.file_size, files.data_end(index))
+            result: RecordCheck
+            if pos < limit:
+                result = check_record(segment.buffer, pos, limit, check_crc=check_crc)
+            else:  # a hole (or past the file): zeros, not read through the mapping
+                result = Corrupt(0, "end of written data")
+            if isinstance(result, Valid):
+                report.records_scanned += 1
+                if dispatch_all or base + pos > dispatch_from:
+                    request = decode_dispatch(segment.buffer, pos, limit, delay_levels_ms=levels)
+                    if isinstance(request, DispatchRequest):
+                        dispatch(request)
+                        report.records_dispatched += 1
+                pos += result.size
+                continue
+            if isinstance(result, Blank):
+                if index + 1 >= len(segments):
+                    report.stop_reason = "end of the last segment"
+                    break
+                index += 1
+                pos = 0
+                continue
+            known = quarantine.covering(base + pos)
+            if known is not None and known.offset == base + pos:
+                # Quarantined by an earlier start or a read: records resume at its end.
+                target = _locate(segments, index, known.end)
+                if target is not None:
+                    report.quarantined.append(known)
+                    index, pos = target
+                    continue
+            found = _resume(files, segments, index, pos)
+            if found is None:
+                report.tail_from = base + pos
+                nonzero = files[index].nonzero_end(pos, commit_log.file_size) > pos or any(
+                    files[j].nonzero_end(0, commit_log.file_size) > 0
+                    for j in range(index + 1, len(segments))
+                )
+                report.stop_reason = (
+                    _failure(result, base + pos)
+                    if nonzero
+                    else f"end of written data at {base + pos}"
+                )
+                break
+            _quarantine_between(
+                commit_log, files, (index, pos), found, _failure(result, base + pos), report
+            )
+            index, pos = found
+    return segments[index].base_offset + pos
+
+
+def keep_torn_tail(
+    commit_log: CommitLog, end_offset: int, report: RecoveryReport, *, report_problem: bool
+) -> None:
+    """Copy the torn tail (``report.tail_from`` on: the rest of its segment and every later
+    segment) to the quarantine, then zero it in its segment; the later segments are left
+    for ``truncate_dirty`` to delete. Counts ``dropped_bytes`` and ``deleted_segments``.
+
+    A tail whose copy cannot be written is not zeroed (an error is logged): new records
+    overwrite it as they come, which is all a torn write ever deserved, but nothing is
+    erased here that has no copy.
+
+    Args:
+        report_problem: also report the copy as a store health problem (after a clean
+            exit, when a torn tail is not expected).
+    """
+    if report.tail_from is None:
+        return
+    file_size = commit_log.file_size
+    for segment in commit_log.segments.files:
+        if segment.base_offset + file_size <= end_offset:
+            continue
+        later = segment.base_offset > end_offset
+        if later:
+            report.deleted_segments.append(segment.path.name)
+        start = max(0, report.tail_from - segment.base_offset)
+        with SegmentFile(segment.path, file_size, writable=not commit_log.segments.readonly) as f:
+            nonzero_end = f.nonzero_end(start, file_size)
+            if nonzero_end <= start:
+                continue
+            report.dropped_bytes += nonzero_end - start
+            if commit_log.segments.readonly:
+                continue
+            try:
+                entry = commit_log.quarantine.quarantine(
+                    f,
+                    segment.base_offset,
+                    start,
+                    nonzero_end,
+                    reason=report.stop_reason,
+                    found_by="recovery",
+                    kind="torn_tail",
+                    report_problem=report_problem,
+                )
+            except OSError as exc:
+                log.error(
+                    "%s: could not copy the torn tail at %d to the quarantine (%s); it is "
+                    "not zeroed", segment.path, start, exc,
+                )  # fmt: skip
+                continue
+            report.tail_copies.append(entry)
+            if not later:
+                f.write_zeros(start, nonzero_end - start)
+
+
+def zero_cut_units(queue_ends: dict[ConsumeQueue, int]) -> None:
+    """Zero the ConsumeQueue units truncation cut (``queue_ends``: each queue's end before).
+
+    Truncation only moves positions; the cut units would stay on disk behind them, and the
+    next recovery, which reads on to the first invalid unit, would bring them back (pointing
+    at whatever new records take those offsets). Zeros end that scan where it should."""
+    for queue, old_end in queue_ends.items():
+        last = queue.segments.last()
+        if last is None:
+            continue
+        start = last.wrote_position
+        stop = min(old_end - last.base_offset, last.file_size)
+        if stop > start:
+            last.write_at(start, bytes(stop - start))
+
+
+def report_truncated_segments(commit_log: CommitLog, report: RecoveryReport) -> int | None:
+    """Report each CommitLog segment ``load`` found cut short (and extended with zeros) as
+    a store health problem, and return the index of the first, where the scan must start
+    at the latest (None if none)."""
+    extended = {path.name: length for path, length in commit_log.segments.extended_files}
+    first: int | None = None
+    health = commit_log.quarantine.health
+    for i, segment in enumerate(commit_log.segments.files):
+        length = extended.get(segment.path.name)
+        if length is None:
+            continue
+        first = i if first is None else first
+        report.truncated_segments.append((segment.path.name, length))
+        missing = commit_log.file_size - length
+        summary = (
+            f"CommitLog segment commitlog/{segment.path.name} was cut short: {missing} bytes "
+            f"missing at its end ({length} of {commit_log.file_size} found); extended with "
+            "zeros, recovered up to its last valid record, later segments kept"
+        )
+        readonly = commit_log.segments.readonly
+        log.log(logging.INFO if readonly else logging.ERROR, "%s", summary)
+        if health is not None and not readonly:
+            detail = {
+                "segment": f"commitlog/{segment.path.name}",
+                "length_found": length,
+                "file_size": commit_log.file_size,
+                "bytes_missing": missing,
+            }
+            try:
+                health.report(
+                    TRUNCATED_KIND, f"{TRUNCATED_KIND}:{segment.path.name}", summary, detail
+                )
+            except OSError as exc:
+                log.error("could not record the health problem (%s)", exc)
+    return first
 
 
 def drop_headless_index_file(index: IndexService, report: RecoveryReport) -> None:
@@ -286,7 +518,11 @@ def recover(
         dispatched_offset=dispatched,
         checkpoint_min_timestamp=checkpoint.min_timestamp(),
         check_crc=commit_log.config.check_crc_on_recover,
+        file_size=commit_log.file_size,
     )
+    truncated = report_truncated_segments(commit_log, report)
+    if truncated is not None:
+        start = min(start, truncated)
     end = scan_commit_log(
         commit_log,
         start,
@@ -296,6 +532,7 @@ def recover(
         report=report,
     )
     report.end_offset = end
+    keep_torn_tail(commit_log, end, report, report_problem=last_exit_ok and not readonly)
     commit_log.segments.truncate_dirty(end)
     if readonly:
         report.deleted_segments.clear()
@@ -306,11 +543,7 @@ def recover(
         for queue in queues.queues(topic).values()
     }
     queues.truncate_dirty(end)
-    zero_dropped_tails(
-        commit_log,
-        end,
-        {q: old for q, old in queue_ends.items() if q.segments.max_offset < old},
-    )
+    zero_cut_units({q: old for q, old in queue_ends.items() if q.segments.max_offset < old})
     rebuild_from = rebuild_index_tail(commit_log, index, end, report)
     if rebuild_from is not None:
         report.index_rebuilt_from = rebuild_from
@@ -320,7 +553,7 @@ def recover(
             if isinstance(item, DispatchRequest):
                 index_dispatch(item)
     checkpoint.confirm_phy_offset = end
-    if report.dropped_bytes or report.deleted_segments or report.index_files_dropped:
+    if report.eventful:
         log.warning("%s", report.summary())
     else:
         log.info("%s", report.summary())

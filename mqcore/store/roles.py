@@ -63,9 +63,10 @@ from mqcore.store.record_layout import (
 from mqcore.store.recovery import (
     RecoveryReport,
     choose_start_segment,
+    keep_torn_tail,
     rebuild_index_tail,
+    report_truncated_segments,
     scan_commit_log,
-    zero_dropped_tails,
 )
 
 if TYPE_CHECKING:
@@ -185,9 +186,10 @@ def load_derived_views(store: MessageStore) -> None:
 
 
 def recover_commit_log(store: MessageStore, last_exit_ok: bool) -> RecoveryReport:
-    """CommitLog recovery (spec 5.6, 5.7) without touching derived files: the scan, then the
-    torn tail cut and zeroed. The derived files are recovered by the reput holder when it
-    attaches to the new generation."""
+    """CommitLog recovery (spec 5.6, 5.7) without touching derived files: the scan (which
+    quarantines mid-log corruption, as ``recovery.recover`` does), then the torn tail copied
+    to the quarantine, cut and zeroed. The derived files are recovered by the reput holder
+    when it attaches to the new generation."""
     progress = progress_of(store)
     commit_log = store.commit_log
     report = RecoveryReport(last_exit_ok=last_exit_ok)
@@ -202,7 +204,11 @@ def recover_commit_log(store: MessageStore, last_exit_ok: bool) -> RecoveryRepor
         dispatched_offset=dispatched,
         checkpoint_min_timestamp=store.checkpoint.min_timestamp(),
         check_crc=store.config.check_crc_on_recover,
+        file_size=commit_log.file_size,
     )
+    truncated = report_truncated_segments(commit_log, report)
+    if truncated is not None:
+        start = min(start, truncated)
     end = scan_commit_log(
         commit_log,
         start,
@@ -212,9 +218,9 @@ def recover_commit_log(store: MessageStore, last_exit_ok: bool) -> RecoveryRepor
         report=report,
     )
     report.end_offset = end
+    keep_torn_tail(commit_log, end, report, report_problem=last_exit_ok)
     commit_log.segments.truncate_dirty(end)
-    zero_dropped_tails(commit_log, end, {})
-    if report.dropped_bytes or report.deleted_segments:
+    if report.eventful:
         log.warning("%s", report.summary())
     else:
         log.info("%s", report.summary())
@@ -249,6 +255,7 @@ def open_broker(store: MessageStore, last_exit_ok: bool) -> None:
         if isinstance(item, DispatchRequest) and _takes_queue(item):
             key = (item.topic, item.queue_id)
             table[key] = max(table.get(key, 0), item.queue_offset + 1)
+    store.quarantine.next_queue_offsets(table)
     for slot in (Slot.CLEANUP_GENERATION, Slot.ATTACH_COUNT, Slot.INDEX_GENERATION):
         store.seen.setdefault(slot, progress.get(slot))
 

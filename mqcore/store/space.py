@@ -138,53 +138,62 @@ def usage_ratio(path: str) -> float:
 
 
 def data_ranges(path: str | os.PathLike[str], start: int, end: int) -> list[tuple[int, int]]:
-    """The ``[data, hole)`` ranges of the file within ``[start, end)`` (``SEEK_DATA`` /
-    ``SEEK_HOLE``), or the whole range where the file system cannot tell. Blocks reserved
-    but never written may count as data (tmpfs) or as a hole (ext4): both read as zeros.
+    """:func:`data_ranges_of` the file at ``path``.
 
     Raises:
         OSError: the file cannot be opened.
     """
     fd = os.open(path, os.O_RDONLY)
     try:
-        ranges: list[tuple[int, int]] = []
-        pos = start
-        while pos < end:
-            try:
-                data = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # no data after pos
-                    break
-                return [(start, end)]  # EINVAL: the file system does not say
-            if data >= end:
-                break
-            hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
-            ranges.append((data, hole))
-            pos = hole
-        return ranges
+        return data_ranges_of(fd, start, end)
     finally:
         os.close(fd)
 
 
+def data_ranges_of(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The ``[data, hole)`` ranges of the open file within ``[start, end)`` (``SEEK_DATA`` /
+    ``SEEK_HOLE``), or the whole range where the file system cannot tell. Blocks reserved
+    but never written may count as data (tmpfs) or as a hole (ext4): both read as zeros."""
+    ranges: list[tuple[int, int]] = []
+    pos = start
+    while pos < end:
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after pos
+                break
+            return [(pos, end)]  # EINVAL: the file system does not say
+        if data >= end:
+            break
+        hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+        ranges.append((data, hole))
+        pos = hole
+    return ranges
+
+
 def nonzero_end(path: Path | str, start: int, end: int) -> int:
-    """Where the non-zero bytes of ``[start, end)`` of the file end (``start`` if there are
-    none), reading only its data ranges, with ``pread``, backwards: never a hole through a
-    mapping (module docstring), and not a 1 GiB segment into memory to find a few bytes.
+    """:func:`nonzero_end_of` the file at ``path``.
 
     Raises:
         OSError: the file cannot be read.
     """
-    ranges = data_ranges(path, start, end)
     fd = os.open(path, os.O_RDONLY)
     try:
-        for data, hole in reversed(ranges):
-            stop = hole
-            while stop > data:
-                piece_start = max(data, stop - _SCAN_BYTES)
-                piece = os.pread(fd, stop - piece_start, piece_start).rstrip(b"\0")
-                if piece:
-                    return piece_start + len(piece)
-                stop = piece_start
-        return start
+        return nonzero_end_of(fd, start, end)
     finally:
         os.close(fd)
+
+
+def nonzero_end_of(fd: int, start: int, end: int) -> int:
+    """Where the non-zero bytes of ``[start, end)`` of the open file end (``start`` if there
+    are none), reading only its data ranges, with ``pread``, backwards: never a hole through
+    a mapping (module docstring), and not a 1 GiB segment into memory to find a few bytes."""
+    for data, hole in reversed(data_ranges_of(fd, start, end)):
+        stop = hole
+        while stop > data:
+            piece_start = max(data, stop - _SCAN_BYTES)
+            piece = os.pread(fd, stop - piece_start, piece_start).rstrip(b"\0")
+            if piece:
+                return piece_start + len(piece)
+            stop = piece_start
+    return start

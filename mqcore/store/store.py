@@ -45,6 +45,7 @@ from mqcore.store.pending import DEFAULT_BORN_HOST, pending_record
 from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.prefault import Prefaulter, start_prefaulter
 from mqcore.store.progress import Progress, Slot, publish_config
+from mqcore.store.quarantine import Quarantine
 from mqcore.store.record_layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -139,6 +140,9 @@ class MessageStore:
         self.recovery: RecoveryReport | None = None
         #: Problems (kept until acknowledged) and conditions of this store (``health.py``).
         self.health = StoreHealth(self.root, self.clock, readonly=readonly)
+        #: Corrupt CommitLog ranges, kept in place and skipped (``quarantine.py``).
+        self.quarantine = Quarantine(self.root, self.clock, readonly=readonly, health=self.health)
+        self.commit_log.quarantine = self.quarantine
         self.reput_offset = 0
         #: Why puts are refused, by source (``refusals.py``); ``writable`` while none.
         self._refusals = Refusals()
@@ -190,6 +194,7 @@ class MessageStore:
             if not self.readonly:
                 self.progress = Progress(self.root)
             self.health.load()
+            self.quarantine.load()
             self._load_and_recover()
         except BaseException:
             self._release_locks()
@@ -279,6 +284,7 @@ class MessageStore:
         for topic in self.queues.topics():
             for queue_id, queue in self.queues.queues(topic).items():
                 table[(topic, queue_id)] = queue.max_offset
+        self.quarantine.next_queue_offsets(table)
 
     def close(self) -> None:
         """Dispatch what is left, flush everything, remove ``abort`` and unlock."""

@@ -10,10 +10,14 @@ Passes, in order:
 1. CommitLog, oldest segment first. Each record is framed and its body CRC recomputed (what
    recovery checks, spec 5.5), its PHYSICALOFFSET field must equal its position and its topic
    must be a name a broker accepts (no CRC covers the topic bytes). A segment other than
-   the newest must end with a blank record (spec 1.4); after the newest segment's
-   last record only zeros may follow: anything else is a torn tail that the next start
-   truncates. A record with a bad CRC is skipped by its TOTALSIZE so that later records are
-   still checked; a record that cannot be framed ends its segment.
+   the newest must end with a blank record (spec 1.4). A record that fails its checks is
+   followed by a search for valid records, as recovery does (``record_search``): if one
+   follows (in the segment or a later one), the bytes in between are *mid-log corruption*,
+   a defect that names the range, where records resume and whether it is quarantined yet
+   (and acknowledged); checking goes on after it. Bad bytes that no valid record follows
+   are a torn tail that the next start cuts (after copying it to the quarantine), and after
+   the newest segment's last record only zeros may follow. The bytes after a segment's
+   records are read with ``pread``, never through the mapping.
 2. ConsumeQueues, then 3. IndexFiles, in ``verify_derived`` (its docstring has the rules):
    every unit and entry must point at a valid record that matches it, and every record of
    pass 1 must have its unit.
@@ -21,16 +25,19 @@ Passes, in order:
 Units and entries pointing below the CommitLog's first segment are expired (cleanup removes
 them later), not defects. Each defect is one line naming the file and the position.
 
+The quarantine (``<root>/quarantine/``: ranges recovery or reads found corrupt, and torn
+tails recovery cut) is listed in the report with each range's health problem status. A
+corrupt range is still in the log, so a store holding one never checks OK.
+
 Cost: one sequential read of the CommitLog (CRC included), then one random record read per
 unit and per index entry (the last record read is cached). On the shared CI box that is about
 25,000 records a second for records of 300 bytes with one unit and two index entries each, so
 a full 1 GiB segment takes two to three minutes. Memory: per-queue counters, plus the offsets
-of records with a bad CRC.
+of records with a bad CRC and of corrupt ranges.
 """
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,12 +50,16 @@ from mqcore.store.format import (
     Blank,
     Corrupt,
     DispatchRequest,
+    RecordCheck,
     Valid,
     check_record,
     decode_dispatch,
 )
 from mqcore.store.geometry import Geometry
+from mqcore.store.health import StoreHealth
 from mqcore.store.mapped_file import MappedFile
+from mqcore.store.quarantine import Quarantine, QuarantineEntry
+from mqcore.store.record_search import SegmentFile
 from mqcore.store.verify_derived import (
     IndexInfo,
     Progress,
@@ -61,10 +72,17 @@ from mqcore.store.verify_derived import (
 )
 from mqcore.validation import validate_topic
 
-__all__ = ["CheckReport", "IndexInfo", "Progress", "QueueInfo", "SegmentInfo", "check_store"]
+__all__ = [
+    "CheckReport",
+    "IndexInfo",
+    "Progress",
+    "QuarantineInfo",
+    "QueueInfo",
+    "SegmentInfo",
+    "check_store",
+]
 
 MAX_KEPT_DEFECTS = 10_000  # lines kept in the report; all are counted
-_CHUNK_BYTES = 1 << 20
 _PROGRESS_RECORDS = 1 << 14  # records between progress calls within a segment
 
 
@@ -77,6 +95,27 @@ class SegmentInfo:
     ends_with_blank: bool = False
     first_store_ms: int = 0
     last_store_ms: int = 0
+
+
+@dataclass
+class QuarantineInfo:
+    """One quarantine entry and the status of the health problem that reports it
+    (``acknowledged`` None: no such problem in ``health.json``)."""
+
+    name: str
+    kind: str
+    offset: int
+    end: int
+    length: int
+    segment: str
+    position: int
+    copied_bytes: int
+    reason: str
+    found_by: str
+    found_ms: int
+    messages: str
+    acknowledged: bool | None
+    acknowledged_by: str | None = None
 
 
 @dataclass
@@ -110,6 +149,7 @@ class CheckReport:
     segments: list[SegmentInfo] = field(default_factory=list)
     queues: list[QueueInfo] = field(default_factory=list)
     index_files: list[IndexInfo] = field(default_factory=list)
+    quarantine: list[QuarantineInfo] = field(default_factory=list)
     record_sizes: SizeStats = field(default_factory=SizeStats)
     defects: list[str] = field(default_factory=list)
     defect_count: int = 0
@@ -171,9 +211,12 @@ def check_store(
     except (StoreError, ValidationError) as exc:
         report.defect(f"commitlog: {exc}")
         return report
+    quarantine = Quarantine(root, readonly=True).load()
+    report.quarantine = _quarantine_infos(root, quarantine.entries())
     try:
-        log = _LogScan(commit_log, report, report_progress)
+        log = _LogScan(commit_log, report, report_progress, quarantine)
         log.run()
+        log.unseen_quarantine()
         reader = RecordReader(commit_log, report.log_end_offset, log.bad_offsets)
         report.queues = check_queues(root, geometry, reader, log.tallies, report, report_progress)
         report.index_files = check_index(root, geometry, reader, report, report_progress)
@@ -182,43 +225,93 @@ def check_store(
     return report
 
 
+def _quarantine_infos(root: Path, entries: list[QuarantineEntry]) -> list[QuarantineInfo]:
+    problems = {
+        p.id: p for p in StoreHealth(root, readonly=True).load().problems(include_acknowledged=True)
+    }
+    infos = []
+    for e in entries:
+        problem = problems.get(e.problem_id)
+        infos.append(
+            QuarantineInfo(
+                name=e.name,
+                kind=e.kind,
+                offset=e.offset,
+                end=e.end,
+                length=e.length,
+                segment=e.segment,
+                position=e.position,
+                copied_bytes=e.copied_bytes,
+                reason=e.reason,
+                found_by=e.found_by,
+                found_ms=e.found_ms,
+                messages=e.describe_records(),
+                acknowledged=None if problem is None else problem.acknowledged,
+                acknowledged_by=None if problem is None else problem.acknowledged_by,
+            )
+        )
+    return infos
+
+
 # --- pass 1: the CommitLog ----------------------------------------------------------------
 
 
 class _LogScan:
-    def __init__(self, commit_log: CommitLog, report: CheckReport, progress: Progress) -> None:
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        report: CheckReport,
+        progress: Progress,
+        quarantine: Quarantine,
+    ) -> None:
         self.commit_log = commit_log
         self.report = report
         self.progress = progress
+        self.quarantine = quarantine
         self.levels = commit_log.delay_levels_ms
         self.tallies: dict[tuple[str, int], QueueTally] = {}
         self.bad_offsets: set[int] = set()
+        self.bad_ranges: list[tuple[int, int]] = []
         self.first_base = 0
         self.total_bytes = 0
+        self._files = commit_log.segments.files
+        #: Where valid records resume when a segment's bad bytes run to its end.
+        self._resume_from: tuple[int, int] | None = None
 
     def run(self) -> None:
-        files = self.commit_log.segments.files
+        files = self._files
         report = self.report
         self.first_base = report.log_min_offset = files[0].base_offset if files else 0
         self.total_bytes = sum(f.file_size for f in files)
         for i, segment in enumerate(files):
             info = SegmentInfo(segment.path.name, segment.base_offset)
             report.segments.append(info)
-            end = self._scan_segment(segment, info, newest=i == len(files) - 1)
-            report.log_end_offset = segment.base_offset + end
+            start = 0
+            if self._resume_from is not None and self._resume_from[0] == i:
+                start = self._resume_from[1]
+            if self._resume_from is None or self._resume_from[0] <= i:
+                with SegmentFile(segment.path, self.commit_log.file_size) as f:
+                    end = self._scan_segment(segment, f, info, i, start)
+                report.log_end_offset = segment.base_offset + end
             self.progress("commitlog", (i + 1) * segment.file_size, self.total_bytes)
 
     def _where(self, segment: MappedFile, pos: int) -> str:
         return f"commitlog/{segment.path.name}@{pos} (phys {segment.base_offset + pos})"
 
-    def _scan_segment(self, segment: MappedFile, info: SegmentInfo, *, newest: bool) -> int:
-        """Check the records of one segment; return where its data ends."""
+    def _scan_segment(
+        self, segment: MappedFile, f: SegmentFile, info: SegmentInfo, index: int, pos: int
+    ) -> int:
+        """Check the records of one segment from ``pos``; return where its data ends."""
         buf = segment.buffer
         size = segment.file_size
+        limit = min(size, f.data_end())
         total = self.total_bytes
-        pos = 0
         while True:
-            result = check_record(buf, pos, size, check_crc=True)
+            result: RecordCheck
+            if pos < limit:
+                result = check_record(buf, pos, limit, check_crc=True)
+            else:
+                result = Corrupt(0, "end of written data")
             if isinstance(result, Valid):
                 self._record(segment, pos, result, info)
                 pos += result.size
@@ -229,15 +322,77 @@ class _LogScan:
                 info.ends_with_blank = True
                 info.used_bytes = size
                 return size
-            framed = check_record(buf, pos, size, check_crc=False)
-            if isinstance(result, Corrupt) and isinstance(framed, Valid):
-                self.report.defect(f"{self._where(segment, pos)}: {result.detail}")
-                self.bad_offsets.add(segment.base_offset + pos)
-                pos += framed.size
+            found = f.resume_after(pos, segment.base_offset)
+            if found is not None:
+                self._mid_log(segment, pos, found[0], result)
+                pos = found[0]
                 continue
-            self._end_of_data(segment, pos, result, newest=newest)
+            later = self._later_record(index)
+            if later is not None:
+                self._mid_log(segment, pos, size, result, resume=later)
+                info.used_bytes = pos
+                return pos
+            self._end_of_data(segment, f, pos, result, newest=index == len(self._files) - 1)
             info.used_bytes = pos
             return pos
+
+    def unseen_quarantine(self) -> None:
+        """A quarantined range still in the log is a defect even where the scan found none
+        (its bytes may pass the format checks: a topic byte, a unit that framed them)."""
+        low, high = self.report.log_min_offset, self.report.log_end_offset
+        for entry in self.quarantine.ranges:
+            if not low <= entry.offset < high:
+                continue
+            if any(a < entry.end and entry.offset < b for a, b in self.bad_ranges):
+                continue
+            self.report.defect(
+                f"quarantine/{entry.name}: CommitLog {entry.offset}..{entry.end} is "
+                f"quarantined ({entry.reason}; found by {entry.found_by}) and still in the log"
+            )
+
+    def _later_record(self, index: int) -> int | None:
+        """The CommitLog offset of the first valid record in a segment after ``index``
+        (remembered so that the scan resumes there)."""
+        for j in range(index + 1, len(self._files)):
+            segment = self._files[j]
+            with SegmentFile(segment.path, self.commit_log.file_size) as f:
+                found = f.find_valid(0, f.file_size, segment.base_offset)
+            if found is not None:
+                self._resume_from = (j, found[0])
+                return segment.base_offset + found[0]
+        return None
+
+    def _mid_log(
+        self,
+        segment: MappedFile,
+        pos: int,
+        end: int,
+        result: RecordCheck,
+        *,
+        resume: int | None = None,
+    ) -> None:
+        """Bad bytes ``[pos, end)`` of ``segment`` with valid records after them."""
+        offset = segment.base_offset + pos
+        resume = segment.base_offset + end if resume is None else resume
+        self.bad_offsets.add(offset)
+        self.bad_ranges.append((offset, segment.base_offset + end))
+        why = _failure(result)
+        entry = self.quarantine.covering(offset)
+        if entry is None:
+            status = "not quarantined yet (the next start or read that meets it does)"
+        else:
+            info = next((q for q in self.report.quarantine if q.name == entry.name), None)
+            if info is None or info.acknowledged is None:
+                status = f"quarantined ({entry.name})"
+            elif info.acknowledged:
+                status = f"quarantined ({entry.name}), acknowledged by {info.acknowledged_by}"
+            else:
+                status = f"quarantined ({entry.name}), not acknowledged"
+        self.report.defect(
+            f"{self._where(segment, pos)}: {why}; mid-log corruption: "
+            f"{segment.base_offset + end - offset} bytes, valid records resume at phys "
+            f"{resume}; {status}"
+        )
 
     def _record(self, segment: MappedFile, pos: int, valid: Valid, info: SegmentInfo) -> None:
         phys = segment.base_offset + pos
@@ -267,27 +422,24 @@ class _LogScan:
             if exc.rule != "max_length":
                 self.report.defect(f"{self._where(segment, pos)}: topic {topic!r}: {exc}")
 
-    def _end_of_data(self, segment: MappedFile, pos: int, result: object, *, newest: bool) -> None:
-        """No record at ``pos``: the end of the log, a torn tail, or corruption."""
-        garbage = _last_nonzero_end(segment.buffer, pos, segment.file_size) - pos
+    def _end_of_data(
+        self, segment: MappedFile, f: SegmentFile, pos: int, result: RecordCheck, *, newest: bool
+    ) -> None:
+        """No record at ``pos`` and none after it: the end of the log, or a torn tail."""
+        garbage = f.nonzero_end(pos, segment.file_size) - pos
         where = self._where(segment, pos)
         if garbage:
-            why = result.detail if isinstance(result, Corrupt) else "record runs past its segment"
             tail = "torn tail" if newest else "unreadable data"
             self.report.defect(
-                f"{where}: {why}; {garbage} bytes of {tail} up to the segment end "
-                "(recovery truncates the log here when it scans this segment)"
+                f"{where}: {_failure(result)}; {garbage} bytes of {tail} up to the segment end "
+                "(no valid record follows: recovery copies them to the quarantine and "
+                "truncates the log here when it scans this segment)"
             )
         elif not newest:
             self.report.defect(f"{where}: segment ends without an end-of-file blank record")
 
 
-def _last_nonzero_end(buf: mmap.mmap, start: int, end: int) -> int:
-    """One past the last non-zero byte of ``buf[start:end]`` (``start`` if all zero)."""
-    while end > start:
-        low = max(start, end - _CHUNK_BYTES)
-        piece = buf[low:end].rstrip(b"\0")
-        if piece:
-            return low + len(piece)
-        end = low
-    return start
+def _failure(result: RecordCheck) -> str:
+    if isinstance(result, Corrupt):
+        return result.detail
+    return "record runs past its segment"

@@ -21,8 +21,9 @@ from kafka_listener.view_records import ViewBatch
 from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.types import OutgoingMessage
-from mqcore.errors import CorruptRecordError, MQError
+from mqcore.errors import MQError
 from mqcore.message import Message
+from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT, CQ_UNIT_SIZE
 from mqcore.store.format import encode_record
 from mqcore.store.msgid import HostAddress
 from mqcore.store.record_views import RecordView
@@ -243,22 +244,79 @@ def test_the_first_record_goes_in_past_a_small_limit(
             assert with_runs == views_only and with_runs.count == 1
 
 
-def test_a_damaged_record_fails_as_through_views(
+def _fetched_offsets(local: fetch._Local) -> list[int]:
+    batches = decode_batches(local.records)
+    return [b.header.base_offset + r.offset_delta for b in batches for r in b.records]
+
+
+def test_a_damaged_record_is_skipped_and_quarantined(
     monkeypatch: pytest.MonkeyPatch, broker: Broker
 ) -> None:
-    """A run stops before a record whose framing is wrong; the views path raises for it,
-    and serves the records before it in an earlier batch."""
+    """A run stops before a record whose framing is wrong; the views path skips it and
+    quarantines it (found by a read), and every other record is served, at its offset,
+    with runs or with views alone."""
     _keyless(broker, 300)
     _, got = broker.pull_records("t", 0, 100, 1, 1 << 20)
     phys = got.records[0].phys_offset
     segment = broker.store.commit_log.segments.find(phys)
     assert segment is not None
     segment.write_at(phys - segment.base_offset + 4, b"\x00\x00\x00\x00")  # MAGICCODE
-    monkeypatch.setattr(fetch, "read_run", RunSpy())
-    with pytest.raises(CorruptRecordError):
-        fetch._read_local(broker, "t", 0, 0, 1 << 20, 16_384)
-    with_runs, views_only, runs = _both(monkeypatch, broker, 0, 5_000, 16_384)
-    assert with_runs == views_only and runs > 0 and with_runs.next_offset <= 100
+    with_runs, views_only, runs = _both(monkeypatch, broker, 0, 1 << 20, 16_384)
+    assert with_runs == views_only and runs > 0
+    assert _fetched_offsets(with_runs) == [*range(100), *range(101, 300)]
+    entry = broker.store.quarantine.covering(phys)
+    assert entry is not None and (entry.offset, entry.found_by) == (phys, "read")
+    assert [p.id for p in broker.store.health.problems()] == [f"quarantine:{phys:020d}"]
+
+
+def test_runs_stop_before_quarantined_records_and_blank_units(
+    monkeypatch: pytest.MonkeyPatch, broker: Broker
+) -> None:
+    """A record in a quarantined range (its header intact: a run would encode it) and a
+    blank unit (a gap in the queue) are never served; the records around them are."""
+    _keyless(broker, 300)
+    store = broker.store
+    queue = store.queues.get("t", 0)
+    assert queue is not None
+    damaged = queue.unit_at(150)
+    assert damaged is not None
+    segment = store.commit_log.segments.find(damaged.phys_offset)
+    assert segment is not None
+    segment.write_at(damaged.phys_offset - segment.base_offset + 88 + 5, b"?")  # body byte
+    assert store.commit_log.quarantine_unreadable(damaged.phys_offset, damaged.size, "test")
+    last = queue.segments.last()
+    assert last is not None
+    last.write_at(200 * CQ_UNIT_SIZE - last.base_offset, BLANK_UNIT)  # unit 200: a gap
+    run = store_runs.read_run(broker, "t", 0, 100, 16_384, 1 << 20)
+    assert run is not None and len(run) == 50
+    assert store_runs.read_run(broker, "t", 0, 150, 16_384, 1 << 20) is None
+    assert store_runs.read_run(broker, "t", 0, 200, 16_384, 1 << 20) is None
+    with_runs, views_only, runs = _both(monkeypatch, broker, 0, 1 << 20, 16_384)
+    assert with_runs == views_only and runs > 0
+    assert _fetched_offsets(with_runs) == [*range(150), *range(151, 200), *range(201, 300)]
+
+
+def test_runs_stop_before_a_record_of_another_queue(broker: Broker) -> None:
+    """A unit pointing at a valid record of another queue (a damaged ConsumeQueue): the run
+    stops before it; the record is not quarantined (the log is fine)."""
+    _keyless(broker, 100)
+    store = broker.store
+    queue = store.queues.get("t", 0)
+    assert queue is not None
+    broker.send("other", [OutgoingMessage(b"elsewhere", queue_id=0)])
+    other = store.queues.get("other", 0)
+    assert other is not None
+    foreign = other.unit_at(0)
+    assert foreign is not None
+    last = queue.segments.last()
+    assert last is not None
+    unit = CQ_UNIT.pack(foreign.phys_offset, foreign.size, 0)
+    last.write_at(70 * CQ_UNIT_SIZE - last.base_offset, unit)
+    run = store_runs.read_run(broker, "t", 0, 0, 16_384, 1 << 20)
+    assert run is not None and len(run) == 70
+    got = fetch._read_local(broker, "t", 0, 0, 1 << 20, 16_384)
+    assert _fetched_offsets(got) == [*range(70), *range(71, 100)]
+    assert not store.quarantine.ranges
 
 
 def test_runs_count_the_gets(broker: Broker) -> None:

@@ -159,6 +159,47 @@ def test_check_names_a_flipped_byte_and_exits_1(store: tuple[Path, Oracle], tmp_
     assert limited.returncode == 1 and "defect: ... and 4 more (--max-defects)" in limited.stdout
 
 
+def test_check_lists_the_quarantine_and_never_says_ok(
+    store: tuple[Path, Oracle], tmp_path: Path
+) -> None:
+    """A record damaged in the middle of the log, quarantined by a pull: check names the
+    mid-log corruption, lists the range with its health status, and exits 1 until the
+    range is gone, acknowledged or not."""
+    root = copy(store[0], tmp_path)
+    victim = store[1].messages[200]
+    size = CONFIG.commitlog_file_size
+    base = victim.phys_offset - victim.phys_offset % size
+    with open(root / "commitlog" / f"{base:020d}", "r+b") as f:
+        f.seek(victim.phys_offset - base + 4)  # MAGICCODE
+        f.write(bytes(4))
+    with MessageStore(root, CONFIG, clock=FakeClock(T0 + 10**6)) as s:
+        # An old segment: recovery does not rescan it after a clean exit; a pull finds it.
+        assert s.quarantine.covering(victim.phys_offset) is None
+        got = s.get_messages("g", victim.topic, victim.queue_id, victim.queue_offset, 2)
+        assert [m.queue_offset for m in got.messages] == [victim.queue_offset + 1]
+        assert s.quarantine.covering(victim.phys_offset) is not None
+    result = run_cli("check", root)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert "quarantine  1 corrupt range (1 not acknowledged), 0 torn tail copies" in lines
+    [row] = [line for line in lines if line.startswith(f"  {victim.phys_offset:020d}")]
+    assert f"phys {victim.phys_offset} .. {victim.phys_offset + victim.size}" in row
+    assert "corrupt, NOT acknowledged; found by read" in row
+    assert f"{victim.topic}-{victim.queue_id} offset {victim.queue_offset}" in row
+    [defect] = [line for line in lines if line.startswith("defect: ") and "mid-log" in line]
+    assert f"(phys {victim.phys_offset}): illegal magic code" in defect
+    assert lines[-1].startswith("summary: FAILED")
+    with MessageStore(root, CONFIG, clock=FakeClock(T0 + 10**6)) as s:
+        assert len(s.health.acknowledge(None, "ops")) == 1
+    result = run_cli("check", root)
+    assert result.returncode == 1
+    assert "quarantine  1 corrupt range (0 not acknowledged), 0 torn tail copies" in result.stdout
+    assert "corrupt, acknowledged by ops" in result.stdout
+    report = json.loads(run_cli("check", root, "--json").stdout)
+    assert report["ok"] is False
+    assert [q["offset"] for q in report["quarantine"]] == [victim.phys_offset]
+
+
 def test_check_with_a_wrong_segment_size_is_a_defect(store: tuple[Path, Oracle]) -> None:
     result = run_cli("check", store[0], "--commitlog-file-size", "32K")
     assert result.returncode == 1

@@ -1,13 +1,17 @@
 """Recovery on damaged and foreign stores (spec 5.4-5.8), against an in-memory oracle.
 
-Damage is done to real files at seeded-random places: the tail of the newest segment is torn
-mid-record, or one byte is flipped in a record's body (the CRC catches it) or in a header field
-recovery checks (TOTALSIZE, MAGIC, BODYCRC, BODYLENGTH, TOPICLENGTH, PROPERTIESLENGTH). Bytes of
-other header fields carry no check in RocketMQ's format, so they are not flipped here.
+Damage is done to real files at seeded-random places: one byte is flipped in a record's body
+(the CRC catches it) or in a header field recovery checks (TOTALSIZE, MAGIC, BODYCRC,
+BODYLENGTH, TOPICLENGTH, PROPERTIESLENGTH), anywhere but in the last record of the log: that
+is mid-log corruption, quarantined with every other record kept. The tail of the newest
+segment torn mid-record, garbage after the last record and a damaged last record are torn
+tails: cut, after their bytes are copied to the quarantine. Bytes of other header fields
+carry no check in RocketMQ's format, so they are not flipped here.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -38,6 +42,7 @@ CONFIG = StoreConfig(
     index_hash_slots=7,
     index_max_entries=200,
 )
+SEGMENT = CONFIG.commitlog_file_size
 HEADER_BYTES = 88  # V1 record with IPv4 hosts: the body starts here (spec 1.2)
 SEEDS = range(3)
 
@@ -63,114 +68,363 @@ def build(root: Path, clock: FakeClock, count: int = 600) -> Oracle:
 
 
 def segment_of(root: Path, phys: int) -> tuple[Path, int]:
-    size = CONFIG.commitlog_file_size
-    return root / "commitlog" / f"{phys - phys % size:020d}", phys % size
+    return root / "commitlog" / f"{phys - phys % SEGMENT:020d}", phys % SEGMENT
+
+
+def read_at(root: Path, phys: int, size: int) -> bytes:
+    path, pos = segment_of(root, phys)
+    with open(path, "rb") as f:
+        f.seek(pos)
+        return f.read(size)
+
+
+def write_at(root: Path, phys: int, data: bytes) -> None:
+    path, pos = segment_of(root, phys)
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
 
 
 def flip(root: Path, phys: int, rng: random.Random) -> None:
-    path, pos = segment_of(root, phys)
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        byte = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([byte ^ rng.randrange(1, 256)]))
+    write_at(root, phys, bytes([read_at(root, phys, 1)[0] ^ rng.randrange(1, 256)]))
 
 
 def zero_from(root: Path, phys: int) -> None:
-    path, pos = segment_of(root, phys)
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        f.write(bytes(CONFIG.commitlog_file_size - pos))
+    write_at(root, phys, bytes(SEGMENT - phys % SEGMENT))
 
 
-def damage(root: Path, oracle: Oracle, kind: str, *, anywhere: bool, seed: int) -> Expected:
-    """Damage one record (returned); only the newest segment unless ``anywhere``."""
-    rng = random.Random(seed)
-    newest = max(e.phys_offset for e in oracle.messages) // CONFIG.commitlog_file_size
-    candidates = [
-        e
-        for e in oracle.messages
-        if anywhere and kind != "torn" or e.phys_offset // CONFIG.commitlog_file_size == newest
-    ]
-    victim = rng.choice(candidates)
+def log_end(oracle: Oracle) -> int:
+    return max(e.phys_offset + e.size for e in oracle.messages)
+
+
+def without(oracle: Oracle, *gone: Expected) -> Oracle:
+    kept = Oracle()
+    kept.messages = [e for e in oracle.messages if e not in gone]
+    return kept
+
+
+def damage(root: Path, victim: Expected, kind: str, rng: random.Random) -> None:
+    """Flip one byte of ``victim``: in its body, or in a header field recovery checks."""
     body = len(victim.body)
     topic = len(victim.topic.encode())
-    if kind == "torn":
-        # Torn within the header, body or topic length: the part the format checks. Bytes of
-        # the topic and properties carry no check (no CRC) in RocketMQ's format.
-        zero_from(root, victim.phys_offset + rng.randrange(1, HEADER_BYTES + body + 1))
-    elif kind == "body":
+    if kind == "body":
         flip(root, victim.phys_offset + HEADER_BYTES + rng.randrange(body), rng)
-    else:
-        fields = [
-            *range(0, 12),  # TOTALSIZE, MAGIC, BODYCRC
-            *range(84, 88),  # BODYLENGTH
-            HEADER_BYTES + body,  # TOPICLENGTH
-            HEADER_BYTES + body + 1 + topic,  # PROPERTIESLENGTH (2 bytes)
-            HEADER_BYTES + body + 2 + topic,
-        ]
-        flip(root, victim.phys_offset + rng.choice(fields), rng)
-    return victim
+        return
+    fields = [
+        *range(0, 12),  # TOTALSIZE, MAGIC, BODYCRC
+        *range(84, 88),  # BODYLENGTH
+        HEADER_BYTES + body,  # TOPICLENGTH
+        HEADER_BYTES + body + 1 + topic,  # PROPERTIESLENGTH (2 bytes)
+        HEADER_BYTES + body + 2 + topic,
+    ]
+    flip(root, victim.phys_offset + rng.choice(fields), rng)
 
 
-def split(oracle: Oracle, at: int) -> tuple[Oracle, list[Expected]]:
-    kept = Oracle()
-    kept.messages = [e for e in oracle.messages if e.phys_offset < at]
-    return kept, [e for e in oracle.messages if e.phys_offset >= at]
+def choose_victim(oracle: Oracle, where: str, rng: random.Random) -> Expected:
+    """A record in the newest segment or the one before, never the last of the log."""
+    newest = max(e.phys_offset for e in oracle.messages) // SEGMENT
+    segment = newest if where == "newest" else newest - 1
+    last = max(oracle.messages, key=lambda e: e.phys_offset)
+    candidates = [
+        e for e in oracle.messages if e.phys_offset // SEGMENT == segment and e is not last
+    ]
+    return rng.choice(candidates)
+
+
+def quarantine_report(root: Path, offset: int) -> dict:
+    return json.loads((root / "quarantine" / f"{offset:020d}.json").read_text())
+
+
+def assert_quarantined(store: MessageStore, victim: Expected, original: bytes, found_by: str):
+    """The victim's range is in the table, its copy and report on disk, the health problem
+    reported and unacknowledged, and its bytes still in the log."""
+    root = store.root
+    entry = store.quarantine.covering(victim.phys_offset, victim.size)
+    assert entry is not None, store.quarantine.entries()
+    assert (entry.offset, entry.end) == (victim.phys_offset, victim.phys_offset + victim.size)
+    report = quarantine_report(root, victim.phys_offset)
+    path, pos = segment_of(root, victim.phys_offset)
+    assert report["kind"] == "corrupt" and report["found_by"] == found_by
+    assert report["segment"] == f"commitlog/{path.name}" and report["position"] == pos
+    assert (report["offset"], report["length"]) == (victim.phys_offset, victim.size)
+    assert report["reason"] and report["found_ms"] > 0
+    damaged = read_at(root, victim.phys_offset, victim.size)
+    assert damaged != original
+    copy = (root / "quarantine" / f"{victim.phys_offset:020d}.bin").read_bytes()
+    assert copy == damaged.rstrip(b"\0")  # the bytes, kept in place as well
+    problems = {p.id: p for p in store.health.problems()}
+    problem = problems[f"quarantine:{victim.phys_offset:020d}"]
+    assert problem.kind == "quarantine" and not problem.acknowledged
+    assert store.health.status == "degraded"
+
+
+def assert_victim_skipped(store: MessageStore, victim: Expected) -> None:
+    assert store.query_by_key(victim.topic, victim.keys[0], *ALL_TIME) == []
+    assert store.view_by_id(victim.offset_msg_id) is None
+    assert store.view_by_id(victim.msg_id) is None
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("kind", ["torn", "body", "header"])
-@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "abort"])
-def test_recovery_truncates_at_the_first_bad_record(
-    tmp_path: Path, kind: str, crashed: bool, seed: int
+@pytest.mark.parametrize("kind", ["body", "header"])
+@pytest.mark.parametrize(
+    ("crashed", "where"),
+    [(False, "newest"), (True, "newest"), (True, "before")],
+    ids=["clean-newest", "abort-newest", "abort-second-to-last"],
+)
+def test_mid_log_corruption_is_quarantined_and_nothing_else_is_lost(
+    tmp_path: Path, kind: str, crashed: bool, where: str, seed: int
 ) -> None:
     clock = FakeClock(T0)
     oracle = build(tmp_path, clock)
-    victim = damage(tmp_path, oracle, kind, anywhere=crashed, seed=seed)
+    rng = random.Random(seed)
+    victim = choose_victim(oracle, where, rng)
+    original = read_at(tmp_path, victim.phys_offset, victim.size)
+    damage(tmp_path, victim, kind, rng)
     if crashed:
         (tmp_path / "abort").write_text("4242")  # forces abnormal recovery: a full rescan
-    kept, dropped = split(oracle, victim.phys_offset)
+    kept = without(oracle, victim)
+    segments_before = sorted(os.listdir(tmp_path / "commitlog"))
     clock.advance(10_000)
     with MessageStore(tmp_path, CONFIG, clock=clock) as store:
         report = store.recovery
         assert report is not None and report.last_exit_ok is not crashed
-        assert report.end_offset == victim.phys_offset, report
-        assert report.dropped_bytes > 0, report
-        assert str(victim.phys_offset) in report.stop_reason, report
-
-        # Everything before the bad record is intact; nothing after it is visible.
+        # Nothing cut, no segment deleted: the log ends where it ended.
+        assert report.end_offset == log_end(oracle), report
+        assert (report.dropped_bytes, report.deleted_segments) == (0, []), report
+        assert [e.offset for e in report.quarantined] == [victim.phys_offset], report
+        assert sorted(os.listdir(tmp_path / "commitlog")) == segments_before
+        assert_quarantined(store, victim, original, "recovery")
+        # Every other record at its queue and offset, by key and by both ids.
         assert_all_found(store, kept, ids_every=7)
-        for topic, queue_id in {(e.topic, e.queue_id) for e in oracle.messages}:
-            count = sum(1 for e in kept.messages if (e.topic, e.queue_id) == (topic, queue_id))
-            assert store.max_offset(topic, queue_id) == count
-            assert all(u.phys_offset < victim.phys_offset for u in _units(store, topic, queue_id))
-        for e in dropped:
-            assert store.query_by_key(e.topic, e.keys[0], *ALL_TIME) == []
-            assert store.view_by_id(e.msg_id) is None
-            assert store.view_by_id(e.offset_msg_id) is None
+        assert_victim_skipped(store, victim)
 
-        # New puts continue the queues and are found (the index was rebuilt past the cut).
+        # New puts never take an offset a record already had; they are found.
+        last_offsets = {}
+        for e in oracle.messages:
+            key = (e.topic, e.queue_id)
+            last_offsets[key] = max(last_offsets.get(key, -1), e.queue_offset)
         for i in range(60):
-            kept.put(
+            e = kept.put(
                 store,
                 Message(("orders", "payments")[i % 2], b"new %d" % i, keys=[f"new-{i}"]),
                 i % 2,
             )
+            assert e.queue_offset > last_offsets[(e.topic, e.queue_id)]
+            last_offsets[(e.topic, e.queue_id)] = e.queue_offset
             clock.advance(1)
         store.dispatch_until_caught_up()
         assert_all_found(store, kept, ids_every=5)
-        for e in dropped:
+        assert_victim_skipped(store, victim)
+
+    # A second start finds the same range again: nothing new, the same problem.
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        assert [p.id for p in store.health.problems()] == [f"quarantine:{victim.phys_offset:020d}"]
+        assert [e.offset for e in store.quarantine.ranges] == [victim.phys_offset]
+        assert len(list((tmp_path / "quarantine").glob("*.json"))) == 1
+        assert_all_found(store, kept, ids_every=11)
+        store.health.acknowledge(None, "operator")
+
+    checked = check_store(tmp_path, infer_geometry(tmp_path))
+    assert not checked.ok
+    mid_log = [d for d in checked.defects if "mid-log corruption" in d]
+    assert len(mid_log) == 1 and f"(phys {victim.phys_offset})" in mid_log[0], checked.defects
+    assert "acknowledged by operator" in mid_log[0]
+    assert [q.offset for q in checked.quarantine] == [victim.phys_offset]
+    assert checked.quarantine[0].acknowledged is True
+
+
+def test_a_flipped_totalsize_that_lands_on_a_later_record_swallows_nothing(
+    tmp_path: Path,
+) -> None:
+    """TOTALSIZE grown by the size of the next record points at a valid record: the search
+    between them finds the next one first, so only the damaged record is quarantined."""
+    clock = FakeClock(T0)
+    oracle = build(tmp_path, clock, count=200)
+    ordered = sorted(oracle.messages, key=lambda e: e.phys_offset)
+    victim, following = next(
+        (a, b)
+        for a, b in zip(ordered, ordered[1:], strict=False)
+        if a.phys_offset // SEGMENT
+        == b.phys_offset // SEGMENT
+        == ordered[-1].phys_offset // SEGMENT
+        and a.phys_offset + a.size == b.phys_offset
+    )
+    write_at(tmp_path, victim.phys_offset, struct.pack(">i", victim.size + following.size))
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        assert store.recovery is not None
+        assert [(e.offset, e.end) for e in store.recovery.quarantined] == [
+            (victim.phys_offset, following.phys_offset)
+        ]
+        assert_all_found(store, without(oracle, victim), ids_every=9)
+
+
+def test_an_implausible_totalsize_is_searched_past_by_magic(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    oracle = build(tmp_path, clock, count=200)
+    victim = choose_victim(oracle, "newest", random.Random(3))
+    write_at(tmp_path, victim.phys_offset, struct.pack(">i", 0x7FFF0000))
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        assert store.recovery is not None
+        assert [(e.offset, e.end) for e in store.recovery.quarantined] == [
+            (victim.phys_offset, victim.phys_offset + victim.size)
+        ]
+        assert "TOTALSIZE" in store.recovery.quarantined[0].reason or "claims" in (
+            store.recovery.quarantined[0].reason
+        )
+        assert_all_found(store, without(oracle, victim), ids_every=9)
+
+
+def test_garbage_between_records_is_quarantined_and_the_record_after_it_kept(
+    tmp_path: Path,
+) -> None:
+    """The second-to-last record overwritten with random bytes, the last one intact: a valid
+    record after garbage is never a torn tail."""
+    clock = FakeClock(T0)
+    oracle = build(tmp_path, clock, count=200)
+    ordered = sorted(oracle.messages, key=lambda e: e.phys_offset)
+    victim, last = ordered[-2], ordered[-1]
+    assert victim.phys_offset // SEGMENT == last.phys_offset // SEGMENT
+    original = read_at(tmp_path, victim.phys_offset, victim.size)
+    write_at(tmp_path, victim.phys_offset, random.Random(1).randbytes(victim.size))
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        assert store.recovery is not None and store.recovery.end_offset == log_end(oracle)
+        assert_quarantined(store, victim, original, "recovery")
+        assert_all_found(store, without(oracle, victim), ids_every=9)
+        assert [m.body for m in read_queue(store, last.topic, last.queue_id)][-1] == last.body
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "abort"])
+def test_garbage_then_zeros_after_the_last_record_is_a_torn_tail(
+    tmp_path: Path, crashed: bool
+) -> None:
+    clock = FakeClock(T0)
+    oracle = build(tmp_path, clock, count=300)
+    end = log_end(oracle)
+    garbage = random.Random(2).randbytes(700).replace(b"\0", b"\1")
+    write_at(tmp_path, end, garbage)
+    if crashed:
+        (tmp_path / "abort").write_text("1")
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        report = store.recovery
+        assert report is not None
+        assert report.end_offset == end and report.dropped_bytes == len(garbage), report
+        assert report.quarantined == [] and not store.quarantine.ranges
+        [copy] = report.tail_copies
+        assert (copy.kind, copy.offset, copy.copied_bytes) == ("torn_tail", end, len(garbage))
+        assert (tmp_path / "quarantine" / f"{copy.name}.bin").read_bytes() == garbage
+        assert read_at(tmp_path, end, len(garbage)) == bytes(len(garbage))  # zeroed
+        # Unexpected after a clean exit: a problem then; after a crash, a torn write.
+        problems = [p.id for p in store.health.problems()]
+        assert problems == ([f"quarantine:{copy.name}"] if not crashed else [])
+        assert_all_found(store, oracle, ids_every=9)
+        oracle.put(store, Message("orders", b"after", keys=["after"]))
+        store.dispatch_until_caught_up()
+        assert_all_found(store, oracle, ids_every=9)
+    assert check_store(tmp_path, infer_geometry(tmp_path)).ok
+
+
+def test_a_damaged_last_record_is_a_torn_tail_and_its_bytes_are_kept(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    oracle = build(tmp_path, clock, count=300)
+    last = max(oracle.messages, key=lambda e: e.phys_offset)
+    flip(tmp_path, last.phys_offset + HEADER_BYTES, random.Random(4))
+    damaged = read_at(tmp_path, last.phys_offset, last.size)
+    (tmp_path / "abort").write_text("1")
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        report = store.recovery
+        assert report is not None and report.end_offset == last.phys_offset
+        assert "body CRC mismatch" in report.stop_reason
+        [copy] = report.tail_copies
+        assert (tmp_path / "quarantine" / f"{copy.name}.bin").read_bytes() == damaged
+        assert_all_found(store, without(oracle, last), ids_every=9)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_tail_torn_mid_record_is_cut_and_copied(tmp_path: Path, seed: int) -> None:
+    clock = FakeClock(T0)
+    oracle = build(tmp_path, clock)
+    rng = random.Random(seed)
+    last = max(oracle.messages, key=lambda e: e.phys_offset)
+    cut = last.phys_offset + rng.randrange(1, HEADER_BYTES + len(last.body) + 1)
+    kept_bytes = read_at(tmp_path, last.phys_offset, cut - last.phys_offset)
+    zero_from(tmp_path, cut)
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        report = store.recovery
+        assert report is not None and report.end_offset == last.phys_offset, report
+        assert report.dropped_bytes == len(kept_bytes.rstrip(b"\0"))
+        copies = [e for e in store.quarantine.entries() if e.kind == "torn_tail"]
+        assert len(copies) == 1 and copies[0].offset == last.phys_offset
+        copy = (tmp_path / "quarantine" / f"{copies[0].name}.bin").read_bytes()
+        assert copy == kept_bytes.rstrip(b"\0")
+        assert_all_found(store, without(oracle, last), ids_every=9)
+    assert check_store(tmp_path, infer_geometry(tmp_path)).ok
+
+
+def test_a_truncated_middle_segment_keeps_every_later_segment(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    oracle = build(tmp_path, clock)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    assert len(names) >= 4
+    middle = tmp_path / "commitlog" / names[1]
+    base = int(names[1])
+    cut_at = SEGMENT // 2
+    os.truncate(middle, cut_at)
+    lost = [e for e in oracle.messages if base <= e.phys_offset < base + SEGMENT]
+    lost = [e for e in lost if e.phys_offset + e.size > base + cut_at]
+    assert lost
+    kept = without(oracle, *lost)
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        report = store.recovery
+        assert report is not None and report.end_offset == log_end(oracle)
+        assert sorted(os.listdir(tmp_path / "commitlog")) == names
+        assert report.truncated_segments == [(names[1], cut_at)]
+        problems = {p.id: p for p in store.health.problems()}
+        truncated = problems[f"commitlog_truncated:{names[1]}"]
+        assert truncated.detail["bytes_missing"] == SEGMENT - cut_at
+        assert names[1] in truncated.summary
+        # The missing part (and the record cut in two) is quarantined up to the segment end.
+        first_lost = min(e.phys_offset for e in lost)
+        [entry] = report.quarantined
+        assert (entry.offset, entry.end) == (first_lost, base + SEGMENT)
+        assert f"quarantine:{first_lost:020d}" in problems
+        assert_all_found(store, kept, ids_every=9)
+        for e in lost:
             assert store.query_by_key(e.topic, e.keys[0], *ALL_TIME) == []
-            assert store.view_by_id(e.msg_id) is None
+        kept.put(store, Message("orders", b"after", keys=["after"]))
+        store.dispatch_until_caught_up()
+        assert_all_found(store, kept, ids_every=9)
+    checked = check_store(tmp_path, infer_geometry(tmp_path))
+    assert not checked.ok and any("mid-log corruption" in d for d in checked.defects)
 
-    report = check_store(tmp_path, infer_geometry(tmp_path))
-    assert report.ok, report.defects
 
-
-def _units(store: MessageStore, topic: str, queue_id: int) -> list:
-    queue = store.queues.get(topic, queue_id)
-    return queue.units(0, queue.max_offset) if queue else []
+def test_a_truncated_last_segment_is_recovered_up_to_its_last_valid_record(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(T0)
+    oracle = build(tmp_path, clock)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    newest = tmp_path / "commitlog" / names[-1]
+    base = int(names[-1])
+    in_newest = sorted(
+        (e for e in oracle.messages if e.phys_offset >= base), key=lambda e: e.phys_offset
+    )
+    assert len(in_newest) >= 4
+    cut_at = in_newest[len(in_newest) // 2].phys_offset - base + 30  # inside a record
+    os.truncate(newest, cut_at)
+    lost = [e for e in in_newest if e.phys_offset + e.size > base + cut_at]
+    kept = without(oracle, *lost)
+    with MessageStore(tmp_path, CONFIG, clock=clock) as store:
+        report = store.recovery
+        assert report is not None
+        assert report.end_offset == min(e.phys_offset for e in lost)
+        assert report.truncated_segments == [(names[-1], cut_at)]
+        assert f"commitlog_truncated:{names[-1]}" in {p.id for p in store.health.problems()}
+        [copy] = report.tail_copies  # the 30 bytes of the record that was cut in two
+        assert copy.offset == report.end_offset and copy.copied_bytes <= 30
+        assert_all_found(store, kept, ids_every=9)
+        kept.put(store, Message("payments", b"after", keys=["after"]), 1)
+        store.dispatch_until_caught_up()
+        assert_all_found(store, kept, ids_every=9)
 
 
 def test_clean_store_reopens_without_loss_or_report(tmp_path: Path) -> None:
@@ -195,7 +449,8 @@ def test_zeroed_newest_segment_is_dropped_whole(tmp_path: Path) -> None:
     base = newest - newest % CONFIG.commitlog_file_size
     zero_from(tmp_path, base)
     (tmp_path / "abort").write_text("1")
-    kept, _ = split(oracle, base)
+    kept = Oracle()
+    kept.messages = [e for e in oracle.messages if e.phys_offset < base]
     with MessageStore(tmp_path, CONFIG, clock=clock) as store:
         assert store.recovery is not None and store.recovery.end_offset == base
         assert_all_found(store, kept)
@@ -324,3 +579,65 @@ def test_zero_length_newest_index_file_does_not_block_open(tmp_path: Path) -> No
     crash_mid_index_create(tmp_path, oracle, None)
     with MessageStore(tmp_path, CONFIG, clock=clock) as store:
         assert_all_found(store, oracle, ids_every=10)
+
+
+# --- broker role (Celery mode): the CommitLog writer recovers alone ---------------------------
+
+
+@pytest.mark.parametrize("where", ["newest", "before"])
+def test_broker_role_recovery_quarantines_mid_log_corruption(tmp_path: Path, where: str) -> None:
+    from mqcore.services import reput
+    from tests.mqcore.services.conftest import SMALL, drain, put_many, reput_all
+
+    broker = MessageStore(tmp_path, SMALL, role="broker").open()
+    worker = MessageStore(tmp_path, SMALL, role="services").open()
+    put_many(broker, 400)
+    reput_all(worker)
+    units = [
+        (u.phys_offset, u.size, u.queue_offset, queue_id)
+        for queue_id in (0, 1)
+        for offset in range(200)
+        if (u := worker.queues.get("Orders", queue_id).unit_at(offset))  # type: ignore[union-attr]
+    ]
+    assert len(units) == 400
+    end = broker.commit_log.max_offset
+    reput.release(worker)
+    worker.close()
+    broker.close()
+    size = SMALL.commitlog_file_size
+    segment = end // size if where == "newest" else end // size - 1
+    in_segment = sorted(u for u in units if u[0] // size == segment and u[0] + u[1] < end)
+    phys, record_size, queue_offset, queue_id = in_segment[len(in_segment) // 2]
+    path = tmp_path / "commitlog" / f"{phys - phys % size:020d}"
+    with open(path, "r+b") as f:
+        f.seek(phys % size + HEADER_BYTES + 2)  # a body byte
+        f.write(b"\xff")
+    if where == "before":
+        (tmp_path / "abort").write_text("1")
+    segments_before = sorted(os.listdir(tmp_path / "commitlog"))
+
+    broker = MessageStore(tmp_path, SMALL, role="broker").open()
+    worker = MessageStore(tmp_path, SMALL, role="services").open()
+    try:
+        report = broker.recovery
+        assert report is not None and report.end_offset == end, report
+        assert [(e.offset, e.end) for e in report.quarantined] == [(phys, phys + record_size)]
+        assert sorted(os.listdir(tmp_path / "commitlog")) == segments_before
+        assert f"quarantine:{phys:020d}" in {p.id for p in broker.health.problems()}
+        reput_all(worker)
+        lost = 2 * queue_offset + queue_id  # put_many alternates queues: body "order {i}"
+        for q in (0, 1):
+            assert drain(broker, "Orders", q) == [
+                f"order {i}".encode() for i in range(400) if i % 2 == q and i != lost
+            ]
+        assert broker.query_by_key("Orders", f"K{lost}", 0, 2**62) == []
+        assert [m.body for m in broker.query_by_key("Orders", "K7", 0, 2**62)] == [b"order 7"]
+        put_many(broker, 10, start=400)
+        reput_all(worker)
+        assert drain(broker, "Orders", queue_id, queue_offset + 1)[-1] == (
+            f"order {408 + queue_id}".encode()
+        )
+    finally:
+        reput.release(worker)
+        worker.close()
+        broker.close()

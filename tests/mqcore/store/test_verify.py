@@ -166,6 +166,61 @@ def test_torn_tail_and_bad_phys_offset_field(
     assert report.log_end_offset == last.phys_offset
 
 
+def test_mid_log_corruption_is_named_as_such_not_as_the_end_of_data(
+    good_store: tuple[Path, Oracle], tmp_path: Path
+) -> None:
+    """A zeroed magic code in the middle of the newest segment: the records after it are
+    still checked, the range is a mid-log defect, and the end of the log is the real one."""
+    root = copy_store(good_store[0], tmp_path)
+    messages = good_store[1].messages
+    victim = messages[-20]
+    path, pos = segment(root, victim.phys_offset)
+    patch(path, pos + 4, bytes(4))
+    report = check(root)
+    where = f"commitlog/{path.name}@{pos} (phys {victim.phys_offset})"
+    [defect] = [d for d in report.defects if d.startswith(where)]
+    assert "illegal magic code" in defect and "mid-log corruption" in defect
+    resume = victim.phys_offset + victim.size
+    assert f"{victim.size} bytes, valid records resume at phys {resume}" in defect
+    assert "not quarantined yet" in defect and "torn tail" not in defect
+    assert report.log_end_offset == messages[-1].phys_offset + messages[-1].size
+    assert report.record_sizes.count == len(messages) - 1
+    assert report.quarantine == []
+
+    # Opened by a store: quarantined, still a defect, now listed with its problem's status.
+    with MessageStore(root, CONFIG, clock=FakeClock(T0 + 10**6)) as store:
+        assert store.quarantine.covering(victim.phys_offset) is not None
+    report = check(root)
+    assert not report.ok
+    [defect] = [d for d in report.defects if d.startswith(where)]
+    assert f"quarantined ({victim.phys_offset:020d}), not acknowledged" in defect
+    [info] = report.quarantine
+    assert (info.offset, info.end, info.kind) == (
+        victim.phys_offset,
+        victim.phys_offset + victim.size,
+        "corrupt",
+    )
+    assert info.acknowledged is False and info.found_by == "recovery"
+    assert f"{victim.topic}-{victim.queue_id} offset {victim.queue_offset}" in info.messages
+
+
+def test_a_quarantined_range_is_a_defect_even_when_its_bytes_frame(
+    good_store: tuple[Path, Oracle], tmp_path: Path
+) -> None:
+    """A record quarantined for a flipped topic byte (no CRC covers it) is still reported,
+    twice: its topic, and the quarantine entry, so the store never checks OK."""
+    root = copy_store(good_store[0], tmp_path)
+    victim = good_store[1].messages[-30]
+    path, pos = segment(root, victim.phys_offset)
+    patch(path, pos + 88 + len(victim.body) + 1, b"/")
+    with MessageStore(root, CONFIG, clock=FakeClock(T0 + 10**6)) as store:
+        store.commit_log.quarantine_unreadable(victim.phys_offset, victim.size, "topic")
+        assert store.quarantine.covering(victim.phys_offset) is not None
+    report = check(root)
+    assert any(d.startswith(f"quarantine/{victim.phys_offset:020d}") for d in report.defects)
+    assert not report.ok
+
+
 def test_flipped_topic_byte_is_named(good_store: tuple[Path, Oracle], tmp_path: Path) -> None:
     root = copy_store(good_store[0], tmp_path)
     victim = good_store[1].messages[100]
