@@ -421,6 +421,10 @@ def kafka_producer(bootstrap: str, **conf: Any) -> Any:
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,
+            # Batches well under the suite's 256 KiB segments (a batch must fit one segment:
+            # librdkafka's default of 1 MB would be refused with MESSAGE_TOO_LARGE).
+            "batch.size": 65536,
+            "log_level": 2,  # librdkafka's own connection-refused lines: the verdict says more
             **conf,
         }
     )
@@ -754,8 +758,10 @@ def _store_health(store: Path) -> tuple[dict[str, Any] | None, list[str], list[A
 
 
 def wait_settled(broker: Broker, timeout_s: float = SETTLE_TIMEOUT_S) -> list[str]:
-    """Wait until reput has dispatched everything and no health condition holds (a rebuild
-    in progress, say). Returns what did not settle in time (empty when settled)."""
+    """Wait until reput has dispatched everything and no work in progress is reported (a
+    health condition with a ``progress``, or of a ``rebuild`` kind: derived files being
+    rebuilt). A condition that lasts (a full disk) is not waited for. Returns what did not
+    settle in time (empty when settled)."""
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
@@ -764,9 +770,14 @@ def wait_settled(broker: Broker, timeout_s: float = SETTLE_TIMEOUT_S) -> list[st
             behind = reply.body.get("dispatch_behind_bytes", 0)
             health = reply.body.get("health")
             conditions = health.get("conditions", []) if isinstance(health, dict) else []
-            if not behind and not conditions:
+            working = [
+                c
+                for c in conditions
+                if c.get("progress") is not None or "rebuild" in str(c.get("kind", ""))
+            ]
+            if not behind and not working:
                 return []
-            last = f"dispatch behind {behind} bytes, conditions {conditions}"
+            last = f"dispatch behind {behind} bytes, conditions {working}"
         else:
             last = f"GET /api/v1/status: HTTP {reply.status}"
         time.sleep(0.1)
@@ -784,9 +795,11 @@ class CheckResult:
     defects: list[str]
     notes: list[str]
     stderr: str
+    stdout: str = ""
 
     def mentions(self, needle: str) -> bool:
-        return any(needle in line.lower() for line in [*self.defects, *self.notes, self.stderr])
+        """Whether the report (JSON, every field) or stderr names ``needle`` (lower case)."""
+        return needle in self.stdout.lower() or needle in self.stderr.lower()
 
     def summary(self) -> str:
         return (
@@ -816,6 +829,7 @@ def run_check(store: Path) -> CheckResult:
         defects=list(report.get("defects") or []),
         notes=list(report.get("notes") or []),
         stderr=done.stderr,
+        stdout=done.stdout,
     )
 
 
@@ -887,6 +901,7 @@ class Verdict:
             "test": test_id,
             "failures": self.failures[:5],
             "description": self.description,
+            "notes": [n[:300] for n in self.notes[:6]],
             "timing": self.timing,
         }
 
@@ -963,6 +978,7 @@ def verify(
     fault: Fault,
     *,
     settle: bool = True,
+    settle_timeout_s: float = SETTLE_TIMEOUT_S,
     max_keys: int | None = None,
 ) -> Verdict:
     """Read every acknowledged message back from the running ``broker`` and hold the health
@@ -981,7 +997,7 @@ def verify(
         return verdict
     t0 = time.monotonic()
     if settle:
-        for problem in wait_settled(broker):
+        for problem in wait_settled(broker, settle_timeout_s):
             verdict.fail(problem)
     t1 = time.monotonic()
     by_key = ledger.by_key()
@@ -1210,11 +1226,15 @@ class KafkaLoad(threading.Thread):
         self.produced = 0
         self.undelivered = 0
         self.fatal = ""
+        self.flush_s = 90.0
         self._halt = threading.Event()
 
-    def halt(self) -> None:
+    def halt(self, flush_s: float = 90.0) -> None:
+        """Stop producing, then wait up to ``flush_s`` for outstanding deliveries (short when
+        the broker is gone: they cannot come)."""
+        self.flush_s = flush_s
         self._halt.set()
-        self.join(120)
+        self.join(flush_s + 30)
 
     def key(self, n: int) -> str:
         return f"{self.prefix}-u{n}" if self.unique_keys else key_for(self.prefix, n)
@@ -1258,7 +1278,7 @@ class KafkaLoad(threading.Thread):
             producer.poll(0)
             if self.pause_every and n % self.pause_every == 0:
                 self._halt.wait(self.pause_s)
-        self.undelivered = producer.flush(90)
+        self.undelivered = producer.flush(self.flush_s)
 
 
 # --- processes to kill at a moment ---------------------------------------------------------
