@@ -64,7 +64,7 @@ GEOMETRY = {
     "CAIRN_INDEX_MAX_ENTRIES": "1000",
 }
 #: Messages sharing one key (a key query returns up to 64): one query checks this many.
-KEY_SPAN = 8
+KEY_SPAN = 16
 #: Largest page of a pull (the API's MAX_PAGE_MESSAGES).
 PAGE = 1000
 SETTLE_TIMEOUT_S = 90.0
@@ -1138,7 +1138,7 @@ def copy_tree(source: Path, dest: Path) -> Path:
 
 def big_body(prefix: str, n: int) -> bytes:
     """About 2 KB: fills a disk quickly."""
-    return body_for(prefix, n) * 4
+    return body_for(prefix, n) * 8
 
 
 class RestLoad(threading.Thread):
