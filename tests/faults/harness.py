@@ -465,26 +465,31 @@ def produce_kafka(
 ) -> int:
     """Produce records ``start .. start+count`` (keyed, record ``n`` to partition
     ``n % partitions``) with an idempotent confluent-kafka producer; every delivery report
-    goes into ``ledger``. Returns the next ``n``."""
+    goes into ``ledger``. One partition after the other, each flushed before the next, so
+    that the CommitLog holds the records in the same order in every session (a seed then
+    picks the same record). Returns the next ``n``."""
     errors: list[str] = []
     producer = kafka_producer(bootstrap, **(conf or {}))
     callback = kafka_ack_callback(ledger, errors)
-    for n in range(start, start + count):
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    key=key_for(prefix, n, key_span).encode(),
-                    value=body_for(prefix, n),
-                    partition=n % partitions,
-                    on_delivery=callback,
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    left = producer.flush(60)
-    assert left == 0 and not errors, f"kafka produce: {left} undelivered, errors {errors[:3]}"
+    for partition in range(partitions):
+        for n in range(start, start + count):
+            if n % partitions != partition:
+                continue
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        key=key_for(prefix, n, key_span).encode(),
+                        value=body_for(prefix, n),
+                        partition=partition,
+                        on_delivery=callback,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+        left = producer.flush(60)
+        assert left == 0 and not errors, f"kafka produce: {left} undelivered, errors {errors[:3]}"
     return start + count
 
 
