@@ -3,7 +3,8 @@
 
 Under sync flush the producer's own thread flushes the CommitLog (group commit, in
 ``CommitLog.flush_until``), in the broker process whatever ``CAIRN_SERVICES`` says; this
-service then only flushes ConsumeQueues and the checkpoint.
+service then flushes only what puts that did not wait left (:func:`flush_unwaited`, in the
+broker process), the ConsumeQueues and the checkpoint.
 
 Each call is one pass of RocketMQ's ``FlushRealTimeService`` and ``FlushConsumeQueueService``:
 flush when at least ``least_pages`` dirty pages wait, or everything ("thorough") when the
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from mqcore.clock import Clock
 from mqcore.services import locks
 from mqcore.services.result import StepResult
+from mqcore.store import roles
 from mqcore.store.mapped_file import FLUSH_PAGE_BYTES
 from mqcore.store.progress import Progress, Slot
 from mqcore.store.space import is_disk_full
@@ -88,6 +90,28 @@ def step(store: MessageStore, state: FlushState, clock: Clock) -> StepResult:
         return _standalone_step(store, state, clock)
 
 
+def flush_unwaited(store: MessageStore) -> bool:
+    """Sync flush: put on disk what puts that did not wait left behind, and let reput on.
+
+    A put with ``WAIT=false`` (the delay and retry deliveries, producers that ask for it)
+    returns without flushing, RocketMQ's ``handleDiskFlush`` waking its GroupCommitService
+    without waiting for it. Under sync flush the confirm offset is the flushed offset, so
+    until something flushes, reput cannot dispatch those records and nobody can read them:
+    on an idle broker, never. This pass is that wake-up, once per flush interval. Returns
+    whether it flushed anything.
+    """
+    if store.config.flush != "sync" or store.role == "services":
+        return False
+    commit_log = store.commit_log
+    end = commit_log.max_offset
+    if commit_log.flushed_offset >= end:
+        return False
+    commit_log.flush_until(end)
+    roles.publish_append(store)
+    store.appended.set()  # reput may now dispatch up to the new flushed offset
+    return True
+
+
 def _flush_queues(store: MessageStore, state: FlushState, now: float) -> tuple[bool, bool]:
     """Spec 6.3. Returns (ran, thorough)."""
     cfg = store.config
@@ -143,6 +167,8 @@ def _standalone_step(store: MessageStore, state: FlushState, clock: Clock) -> St
             state.commitlog_thorough_at = now
             while store.commit_log.flush(0):
                 commitlog_flushed = True
+    else:
+        commitlog_flushed = flush_unwaited(store)
     logics_snapshot = store.checkpoint.logics_msg_timestamp
     queues_flushed, _ = _flush_queues(store, state, now)
     physic = store.commit_log.segments.store_timestamp_ms

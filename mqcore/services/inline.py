@@ -39,6 +39,7 @@ from mqcore.services.consumed import NeededOffset
 from mqcore.services.deletions import DeletionHook
 from mqcore.services.disk import DiskProbe, usage_ratio
 from mqcore.services.flush import FlushState
+from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
 from mqcore.store.progress import Slot
 from mqcore.store.roles import Role
@@ -89,7 +90,7 @@ def build_service_loops(
         return [
             ServiceLoop(
                 "follow",
-                lambda: follow.step(store, max_bytes=services.reput_max_bytes),
+                lambda: _follow_step(store, services.reput_max_bytes),
                 services.follow_interval_ms / 1000,
             ),
             ServiceLoop(
@@ -194,3 +195,10 @@ def services_status(store: MessageStore, loops: list[ServiceLoop]) -> dict[str, 
         "index_build": job.as_dict() if job is not None else None,
         "progress": progress.snapshot() if progress is not None else None,
     }
+
+
+def _follow_step(store: MessageStore, max_bytes: int) -> StepResult:
+    """The broker's follow step in Celery mode, after flushing what no put waited for under
+    sync flush (``flush.flush_unwaited``: the workers cannot, the CommitLog is the broker's)."""
+    flush.flush_unwaited(store)
+    return follow.step(store, max_bytes=max_bytes)

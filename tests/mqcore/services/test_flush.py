@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 from mqcore.clock import FakeClock
@@ -153,3 +154,29 @@ def test_consume_queues_flush_on_their_own_interval(tmp_path: Path) -> None:
         clock.advance(500)
         flush.step(store, state, clock)
         assert calls == [0, 2]  # 1 s apart; the first pass is thorough
+
+
+def test_sync_flush_flushes_what_no_put_waited_for(tmp_path: Path) -> None:
+    """A WAIT=false put (a delayed message's delivery) under sync flush is not flushed by
+    its put; the flush pass flushes it, and only then can reput dispatch and a reader see it
+    (it used to wait for the next put that waited, for ever on an idle broker)."""
+    clock = FakeClock()
+    state = FlushState()
+    cfg = dataclasses.replace(CFG, flush="sync")
+    with MessageStore(tmp_path, cfg, clock=clock) as store:
+        store.put_message(Message("T", b"waited"))
+        unwaited = store.put_message(Message("T", b"not waited", properties={"WAIT": "false"}))
+        store.dispatch_until_caught_up()
+        assert store.max_offset("T", 0) == 1
+        assert store.commit_log.flushed_offset <= unwaited.phys_offset
+
+        clock.advance(500)
+        result = flush.step(store, state, clock)
+        assert result.detail["commitlog_flushed"] is True
+        assert store.commit_log.flushed_offset == store.commit_log.max_offset
+        assert store.appended.is_set()
+        store.dispatch_until_caught_up()
+        assert store.max_offset("T", 0) == 2
+
+        clock.advance(500)
+        assert flush.step(store, state, clock).detail["commitlog_flushed"] is False
