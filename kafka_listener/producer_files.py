@@ -216,6 +216,11 @@ class JournalWriter:
         self._finalizer = weakref.finalize(self, os.close, fd)  # if never closed (tests)
         self.written = self._synced = len(head)
 
+    @property
+    def synced(self) -> int:
+        """Bytes of the live journal known to be on disk."""
+        return self._synced
+
     def append(self, data: bytes) -> tuple[int, int]:
         """Write one or more whole entries at the end of the live journal.
 

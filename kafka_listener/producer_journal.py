@@ -327,8 +327,13 @@ def decode_snapshot(data: bytes) -> tuple[int, list[Entry]]:
     if decoded.damage is not None:
         raise JournalFormatError(decoded.damage)
     entries = decoded.entries
-    if not entries or not isinstance(entries[-1], End) or entries[-1].entries != len(entries) - 1:
+    ends = [i for i, entry in enumerate(entries) if isinstance(entry, End)]
+    if not ends:
         raise JournalFormatError("the snapshot is incomplete (no END entry)")
-    if decoded.end != len(data):
-        raise JournalFormatError(f"{len(data) - decoded.end} bytes after the END entry")
+    if ends[0] != len(entries) - 1 or decoded.end != len(data):
+        raise JournalFormatError("bytes after the END entry")
+    end = entries[-1]
+    assert isinstance(end, End)
+    if end.entries != len(entries) - 1:
+        raise JournalFormatError(f"END counts {end.entries} entries, {len(entries) - 1} precede it")
     return generation, entries[:-1]
