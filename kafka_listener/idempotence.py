@@ -65,7 +65,6 @@ import logging
 import threading
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -83,6 +82,7 @@ from .producer_recovery import settle
 
 if TYPE_CHECKING:
     from mqcore.store.commit_log import CommitLog
+    from mqcore.store.health import StoreHealth
     from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ DEFAULT_COMPACT_BYTES = 16 * 1024 * 1024
 #: After the journal could not be set up (disk full), try again this often.
 _REOPEN_INTERVAL_S = 5.0
 HEALTH_KIND = "kafka_producer_state"
+UNWRITABLE_CONDITION = "kafka_producer_journal_unwritable"
 
 Key = tuple[int, str, int]  # (producer_id, topic, partition)
 
@@ -160,8 +161,9 @@ class ProducerStates:
         self._retry_at = 0.0
         #: The background compaction under way or last run (``close`` waits for it).
         self.compactor: threading.Thread | None = None
-        #: ``StoreHealth.report`` of the store (damaged files are reported there).
-        self.health: Callable[..., object] | None = None
+        #: The store's health: damaged files are reported there, and an unwritable
+        #: journal is a condition while it lasts.
+        self.health: StoreHealth | None = None
 
     # -- start -----------------------------------------------------------------------------
 
@@ -191,7 +193,7 @@ class ProducerStates:
             compact_bytes,
         )
         states = cls(clock, max_entries, persistence)
-        states.health = store.health.report
+        states.health = store.health
         loaded = load_files(persistence.directory)
         end = store.commit_log.max_offset
         if store.recovery is not None and store not in _SETTLED:
@@ -222,7 +224,9 @@ class ProducerStates:
         )
         log.warning("%s (%s)", summary, problem)
         if self.health is not None:
-            self.health(HEALTH_KIND, f"{HEALTH_KIND}:{problem}", summary, {"damage": problem})
+            self.health.report(
+                HEALTH_KIND, f"{HEALTH_KIND}:{problem}", summary, {"damage": problem}
+            )
 
     def _begin_generation(self) -> None:
         """Switch to a new journal and write the snapshot of the state there; on failure
@@ -241,7 +245,18 @@ class ProducerStates:
             self._unwritable = f"cannot write {persistence.directory}: {exc}"
             self._retry_at = self.clock.monotonic() + _REOPEN_INTERVAL_S
             log.error("Kafka idempotent produces refused: %s", self._unwritable)
+            if self.health is not None:
+                self.health.set_condition(
+                    HEALTH_KIND,
+                    UNWRITABLE_CONDITION,
+                    "Kafka idempotent produces refused: the producer journal cannot be written",
+                    {"reason": self._unwritable},
+                )
             return
+        if self._unwritable is not None:
+            log.warning("Kafka producer journal writable again: idempotent produces accepted")
+            if self.health is not None:
+                self.health.clear_condition(UNWRITABLE_CONDITION)
         self._journal, self._unwritable = journal, None
         self._snapshot_bytes = path.stat().st_size
         remove_older(persistence.directory, generation)

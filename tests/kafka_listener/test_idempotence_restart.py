@@ -10,7 +10,10 @@ crash recovery. Crash points are taken at the real steps of the produce path (th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -297,3 +300,60 @@ def test_a_damaged_journal_is_reported_and_the_broker_starts(tmp_path: Path) -> 
         assert second.produce(batch(4, [b"v4"]))["error_code"] == 0  # still serving
     finally:
         second.close()
+
+
+def fill(directory: Path) -> None:
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    with contextlib.suppress(OSError):  # until ENOSPC
+        while os.write(fd, bytes(64)):
+            pass
+    os.close(fd)
+
+
+@pytest.fixture
+def full_journal_disk(tmp_path: Path) -> Iterator[Path]:
+    """``<store>/kafka/producers`` on a 64 KiB tmpfs, filled to the last byte."""
+    directory = tmp_path / "s" / "kafka" / "producers"
+    directory.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(directory)], check=True)
+    try:
+        fill(directory)
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=True)
+
+
+def test_a_full_journal_disk_refuses_idempotent_batches_until_space_returns(
+    tmp_path: Path, full_journal_disk: Path
+) -> None:
+    clock = FakeClock()
+    r = Running(tmp_path / "s", clock=clock)
+    try:
+        r.broker.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+        [condition] = r.broker.store.health.conditions()
+        assert "producer journal cannot be written" in condition.summary
+        refused = r.produce(batch(0, values("a")))
+        assert refused["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR
+        plain = encode_batch([(0, 1, None, b"plain", ())])
+        assert r.produce(plain)["error_code"] == 0  # other producers are not affected
+        (full_journal_disk / "filler").unlink()
+        clock.advance(5_000)  # the journal is tried again
+        assert r.produce(batch(0, values("a")))["base_offset"] == 1
+        assert r.produce(batch(0, values("a")))["base_offset"] == 1  # a retry
+        assert r.broker.store.health.conditions() == []
+        fill(full_journal_disk)  # full again, while running: the journal's page fills up
+        expected = [b"plain", *values("a")]
+        for seq in range(3, 3000, 3):  # until an INTENT does not fit
+            reply = r.produce(batch(seq, values(str(seq))))
+            if reply["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR:
+                break
+            assert reply["error_code"] == 0
+            expected += values(str(seq))
+        else:
+            raise AssertionError("the journal never filled the disk")
+        assert r.stored() == expected  # the refused batch was not stored
+        (full_journal_disk / "filler").unlink()
+        assert r.produce(batch(seq, values(str(seq))))["base_offset"] == len(expected)
+        assert r.stored() == [*expected, *values(str(seq))]
+    finally:
+        r.close()
