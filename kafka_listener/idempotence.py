@@ -42,12 +42,19 @@ outgrows ``compact_bytes`` (and twice the snapshot) is compacted the same way in
 background. So the files stay within a few times the size of the state, and the state
 within the 100,000 most recently used partitions of producers (LRU).
 
-Durability follows the store's flush mode: under sync flush the INTENT is on disk before
-the records are written (so a batch on disk always has its intent or its BATCH entry) and
-the ack waits for the CommitLog's own sync; under async flush the journal is synced every
-``sync_interval_s`` (the CommitLog's flush period), as durable as the data. A kill -9
-loses nothing written either way (the page cache keeps it). Cost on the produce path: two
-``write`` calls, two CRCs of one body each and a lock per batch, whatever its record count.
+Durability follows the store's flush mode. A kill -9 loses nothing written either way
+(the page cache keeps it). Under sync flush the INTENT is on disk before the records are
+written (so after a power failure a batch on disk always has its intent or its BATCH
+entry) and the ack waits for the CommitLog's own sync: one ``fdatasync`` more per batch
+(measured ~0.3-0.6 ms on this project's test disk). Under async flush the journal is
+synced every ``sync_interval_s`` (the CommitLog's flush period), as durable as the data:
+a power failure may cost the journal's last period while the CommitLog's survived (a
+retry of such a batch is then stored again), the same period whose acknowledged data
+async flush may lose. Cost on the produce path: two ``write`` calls, two CRCs of one body
+each and a lock per batch, whatever its record count (~11 us a batch measured).
+A full disk refuses idempotent batches (KAFKA_STORAGE_ERROR, nothing stored) while their
+INTENT cannot be written, and a store health condition says so while the journal cannot
+even be set up (tried again every 5 s).
 
 Producer ids are ``max(last + 1, now_ms << 16)``, and every id issued is journalled (and
 synced under sync flush) before InitProducerId answers: never reused after a restart,

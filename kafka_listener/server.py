@@ -60,9 +60,13 @@ MAX_IDLE_CHECK_S = 1.0
 
 class _Client:
     """The server's side of one connection: its codec state, its share of the buffer
-    budget, and whether its socket is being read."""
+    budget, and whether its socket is being read.
 
-    __slots__ = ("conn", "flow", "transport", "peer", "readable")
+    Pausing stops the transport reading at once (``pause_reading``) unless the stream
+    reader already stopped it (its buffer is full: it resumes it itself when read), and
+    resuming undoes only what pausing did, so the two never fight over the transport."""
+
+    __slots__ = ("conn", "flow", "transport", "peer", "readable", "_stopped_transport")
 
     def __init__(
         self,
@@ -77,21 +81,26 @@ class _Client:
         self.peer = peer
         self.readable = asyncio.Event()
         self.readable.set()
+        self._stopped_transport = False
 
     def pause(self) -> None:
-        if self.readable.is_set():
-            self.readable.clear()
-            if isinstance(self.transport, asyncio.ReadTransport):
-                self.transport.pause_reading()
+        if not self.readable.is_set():
+            return
+        self.readable.clear()
+        transport = self.transport
+        if isinstance(transport, asyncio.ReadTransport) and transport.is_reading():
+            transport.pause_reading()
+            self._stopped_transport = True
 
     def resume(self) -> None:
-        if not self.readable.is_set():
-            self.readable.set()
-            if (
-                isinstance(self.transport, asyncio.ReadTransport)
-                and not self.transport.is_closing()
-            ):
-                self.transport.resume_reading()
+        if self.readable.is_set():
+            return
+        self.readable.set()
+        transport = self.transport
+        if self._stopped_transport and isinstance(transport, asyncio.ReadTransport):
+            self._stopped_transport = False
+            if not transport.is_closing():
+                transport.resume_reading()
 
 
 class KafkaListener:
