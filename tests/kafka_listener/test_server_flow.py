@@ -13,9 +13,10 @@ import pytest
 
 from kafka_listener.errors import ErrorCode
 from kafka_listener.handlers import ListenerConfig
-from kafka_listener.messages import decode_response_frame, encode_request_frame
+from kafka_listener.messages import decode_response_frame
 from kafka_listener.schemas import ApiKey
 
+from .e2e.broker_process import LargeProduce
 from .harness import RunningListener
 from .test_server import METADATA_ALL, Client, fetch_body
 
@@ -49,20 +50,6 @@ def clients() -> Iterator[list[Client]]:
         client.close()
 
 
-def big_produce(correlation_id: int) -> bytes:
-    """A Produce frame of ~6 MiB (its batch is over the 4 MiB batch limit: the answer is
-    MESSAGE_TOO_LARGE, given once the whole frame has arrived)."""
-    body = {
-        "transactional_id": None,
-        "acks": 1,
-        "timeout_ms": 1000,
-        "topic_data": [
-            {"name": "t", "partition_data": [{"index": 0, "records": bytes(FRAME_RECORDS)}]}
-        ],
-    }
-    return encode_request_frame(ApiKey.PRODUCE, 7, correlation_id, body)
-
-
 def budget_state(running: RunningListener) -> tuple[int, int]:
     assert running.listener is not None
     budget = running.listener.budget
@@ -85,10 +72,12 @@ def test_connections_over_the_cap_are_paused_then_resumed(
 ) -> None:
     running = capped
     clients += [Client(running.port) for _ in range(5)]
-    frames = [big_produce(i + 1) for i in range(5)]
-    head = len(frames[0]) - MIB  # all but the last MiB
+    # Produce requests of ~6 MiB (a batch over the 4 MiB limit: answered with
+    # MESSAGE_TOO_LARGE once the whole frame has arrived): all but the last MiB
+    frames = [LargeProduce("t", i + 1, FRAME_RECORDS) for i in range(5)]
+    head = frames[0].length - MIB
     senders = [
-        threading.Thread(target=c.sock.sendall, args=(f[:head],), daemon=True)
+        threading.Thread(target=f.send, args=(c.sock, 0, head), daemon=True)
         for c, f in zip(clients, frames, strict=True)
     ]
     for sender in senders:
@@ -98,10 +87,11 @@ def test_connections_over_the_cap_are_paused_then_resumed(
     time.sleep(0.5)  # what would come in if the paused ones were still read
     total, paused = budget_state(running)
     assert paused >= 3
-    assert total <= CAP + len(frames[0]) + 5 * MIB, total  # cap + one frame + a read each
+    assert total <= CAP + frames[0].length + 5 * MIB, total  # cap + one frame + a read each
     for client, frame in zip(clients, frames, strict=True):
         client.sock.settimeout(30)
-        threading.Thread(target=client.sock.sendall, args=(frame[head:],), daemon=True).start()
+        rest = (client.sock, head, frame.length)
+        threading.Thread(target=frame.send, args=rest, daemon=True).start()
     for i, client in enumerate(clients):  # every one resumed and was answered
         cid, reply = decode_response_frame(ApiKey.PRODUCE, 7, client.read_frame())
         partition = reply["responses"][0]["partition_responses"][0]

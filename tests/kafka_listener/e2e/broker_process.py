@@ -204,6 +204,36 @@ def fetch_body(topic: str, partition: int, offset: int) -> dict[str, Any]:
     }
 
 
+class LargeProduce:
+    """A Produce request whose records are ``records_bytes`` zeros, sent in pieces without
+    ever being built whole (the test process must not hold hundreds of MiB: other tests
+    in it measure its peak RSS). Records are the request's last field, so the frame is a
+    head (size, header, fields, records length) followed by the records."""
+
+    CHUNK = bytes(1 << 20)
+
+    def __init__(self, topic: str, correlation_id: int, records_bytes: int) -> None:
+        empty = encode_request_frame(
+            ApiKey.PRODUCE, PRODUCE_V, correlation_id, produce_body(topic, 0, b"")
+        )
+        assert empty.endswith(struct.pack(">i", 0))
+        size = len(empty) - 4 + records_bytes
+        self.head = struct.pack(">i", size) + empty[4:-4] + struct.pack(">i", records_bytes)
+        self.length = 4 + size
+
+    def send(self, sock: socket.socket, start: int, stop: int) -> None:
+        """Send the frame's bytes ``start`` .. ``stop`` (blocks while the broker does not
+        read)."""
+        head = self.head
+        if start < len(head):
+            sock.sendall(head[start:stop])
+            start = len(head)
+        while start < stop:
+            n = min(len(self.CHUNK), stop - start)
+            sock.sendall(self.CHUNK[:n])
+            start += n
+
+
 def idempotent_batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:
     now = int(time.time() * 1000)
     records = [(i, now, None, v, ()) for i, v in enumerate(values)]
@@ -224,6 +254,7 @@ def connect(broker: BrokerProcess, timeout_s: float = 120) -> RawClient:
 
 __all__ = [
     "BrokerProcess",
+    "LargeProduce",
     "RawClient",
     "connect",
     "idempotent_batch",

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from kafka_listener.errors import ErrorCode
-from kafka_listener.messages import encode_request_frame
 from kafka_listener.schemas import ApiKey
 
-from .broker_process import PRODUCE_V, BrokerProcess, RawClient, connect, produce_body
+from .broker_process import BrokerProcess, LargeProduce, RawClient, connect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -38,16 +37,11 @@ def test_large_partial_frames_stay_under_the_cap_and_are_all_served(tmp_path: Pa
         clients += [connect(broker) for _ in range(CONNECTIONS)]
         # Produce requests of 40 MiB each (a batch over the 4 MiB limit: answered with
         # MESSAGE_TOO_LARGE once it has all arrived); all but the last MiB, slowly.
-        frames = [
-            encode_request_frame(
-                ApiKey.PRODUCE, PRODUCE_V, 1, produce_body("big", 0, bytes(FRAME_MIB * MIB))
-            )
-            for _ in range(CONNECTIONS)
-        ]
-        head = len(frames[0]) - MIB
+        frame = LargeProduce("big", 1, FRAME_MIB * MIB)
+        head = frame.length - MIB
         senders = [
-            threading.Thread(target=c.sock.sendall, args=(f[:head],), daemon=True)
-            for c, f in zip(clients, frames, strict=True)
+            threading.Thread(target=frame.send, args=(c.sock, 0, head), daemon=True)
+            for c in clients
         ]
         for sender in senders:
             sender.start()
@@ -62,8 +56,9 @@ def test_large_partial_frames_stay_under_the_cap_and_are_all_served(tmp_path: Pa
         assert peak_mib < bound_mib, (peak_mib, bound_mib)
         assert stalled >= CONNECTIONS // 2, "the paused connections' sends did not block"
 
-        for client, frame in zip(clients, frames, strict=True):
-            threading.Thread(target=client.sock.sendall, args=(frame[head:],), daemon=True).start()
+        for client in clients:
+            rest = (client.sock, head, frame.length)
+            threading.Thread(target=frame.send, args=rest, daemon=True).start()
         for client in clients:  # every connection resumed, was read whole and answered
             reply = client.produce_reply(1)
             assert reply["error_code"] == ErrorCode.MESSAGE_TOO_LARGE
