@@ -48,6 +48,16 @@ VARIABLES: tuple[Variable, ...] = (
         "Port Kafka clients are told to connect to.",
     ),
     Variable(
+        "CAIRN_KAFKA_MAX_BUFFERED_BYTES",
+        "268435456",
+        "Request bytes all Kafka connections together may hold (partial frames and requests being handled); above it, connections adding to them are paused (not read) until it falls, never closed.",
+    ),
+    Variable(
+        "CAIRN_KAFKA_IDLE_MS",
+        "600000",
+        "A Kafka connection with no request for this long is closed (Kafka's `connections.max.idle.ms`; 0 never).",
+    ),
+    Variable(
         "CAIRN_SERVICES",
         "inline",
         "`inline`: background services run as threads in the broker; `celery`: Celery workers run them.",
@@ -272,6 +282,18 @@ def get_port(name: str, default: int) -> int:
     if not 0 <= port <= 65535:
         raise SystemExit(f"{name}: port must be between 0 and 65535, got {port}")
     return port
+
+
+def get_int(name: str, default: int, minimum: int = 0) -> int:
+    """An integer setting of at least ``minimum``; a clear one-line error otherwise."""
+    raw = get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"{name}: expected a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise SystemExit(f"{name}: must be at least {minimum}, got {value}")
+    return value
 
 
 def get_choice(name: str, default: str, choices: tuple[str, ...]) -> str:

@@ -3,28 +3,33 @@ coordinator and an asyncio server (``runbroker`` starts it; README "Kafka client
 
 Modules, bottom up (each depends only on those above it):
 
-=================  =====================================================================
-``errors``         :class:`ErrorCode` (Kafka's int16 codes) and :func:`error_code_for`
-``primitives``     :class:`Reader` / :class:`Writer` for ints, varints, strings, arrays,
-                   tagged fields
-``structs``        declarative fields with version ranges, compiled per version
-``schemas``        one :class:`ApiSchema` per API, :data:`API_VERSIONS_TABLE`
-``messages``       ``encode_*`` / ``decode_*`` of bodies, headers and frames
-``framing``        :class:`FrameBuffer`: size-prefixed frames with a size guard
-``compression``    gzip / snappy (xerial and raw) / lz4 / zstd for record batches
-``records``        record batch v2: split, CRC-32C, decode, encode
-``connection``     :class:`KafkaServerConnection`: events in, ordered responses out
-``mapping``        Kafka names and records ↔ store topics, groups and messages
-``plain_records``  produce's fast path: plain records straight into store messages
-``group_state``    group states, members and groups (the coordinator's data)
-``coordinator``    :class:`GroupCoordinator`: the classic consumer-group state machine
-``idempotence``    producer ids and per-partition sequence state
-``batch_cache``    produced batches kept to answer fetches without a store read
-``arrivals``       fetch long polls and produce acks parked until reput dispatches,
-                   woken once per burst
-``handlers``       one function per API, turning requests into Broker calls
-``server``         :class:`KafkaListener`: ``asyncio.start_server`` around the above
-=================  =====================================================================
+=====================  =====================================================================
+``errors``             :class:`ErrorCode` (Kafka's int16 codes) and :func:`error_code_for`
+``primitives``         :class:`Reader` / :class:`Writer` for ints, varints, strings, arrays,
+                       tagged fields
+``structs``            declarative fields with version ranges, compiled per version
+``schemas``            one :class:`ApiSchema` per API, :data:`API_VERSIONS_TABLE`
+``messages``           ``encode_*`` / ``decode_*`` of bodies, headers and frames
+``framing``            :class:`FrameBuffer`: size-prefixed frames with a size guard
+``flow``               :class:`BufferBudget`: the cap on request bytes held by all
+                       connections (who is paused), and idle connections
+``compression``        gzip / snappy (xerial and raw) / lz4 / zstd for record batches
+``records``            record batch v2: split, CRC-32C, decode, encode
+``connection``         :class:`KafkaServerConnection`: events in, ordered responses out
+``mapping``            Kafka names and records ↔ store topics, groups and messages
+``plain_records``      produce's fast path: plain records straight into store messages
+``group_state``        group states, members and groups (the coordinator's data)
+``coordinator``        :class:`GroupCoordinator`: the classic consumer-group state machine
+``producer_journal``   the producer state's journal and snapshot entries (sans I/O)
+``producer_files``     their files: generations, the journal writer, snapshots
+``producer_recovery``  the journal settled against the recovered CommitLog at start
+``idempotence``        producer ids and per-partition sequence state, kept across restarts
+``batch_cache``        produced batches kept to answer fetches without a store read
+``arrivals``           fetch long polls and produce acks parked until reput dispatches,
+                       woken once per burst
+``handlers``           one function per API, turning requests into Broker calls
+``server``             :class:`KafkaListener`: ``asyncio.start_server`` around the above
+=====================  =====================================================================
 
 Messages are plain dicts (see ``structs``); records are :class:`Record` tuples. Every
 error the peer causes is a :class:`mqcore.errors.RemoteProtocolError` whose

@@ -61,7 +61,8 @@ class RequestReceived:
     """A complete, decoded request.
 
     ``request`` is the body as a dict (``schemas.py``). ``expects_response`` is False
-    only for Produce with ``acks == 0``.
+    only for Produce with ``acks == 0``. ``frame_bytes`` is the size of the frame it was
+    decoded from (what the server counts as held until it has handled the request).
     """
 
     correlation_id: int
@@ -70,6 +71,7 @@ class RequestReceived:
     client_id: str | None
     request: dict[str, Any]
     expects_response: bool = True
+    frame_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,11 @@ class KafkaServerConnection:
         self._error: RemoteProtocolError | None = None
 
     # -- receiving ---------------------------------------------------------------------
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received that do not form a complete frame yet."""
+        return self._frames.buffered_bytes
 
     @property
     def in_flight(self) -> int:
@@ -201,7 +208,7 @@ class KafkaServerConnection:
         expects = not (api_key == ApiKey.PRODUCE and request["acks"] == 0)
         self._push_slot(_Slot(correlation_id, api_key, api_version, expects))
         return RequestReceived(
-            correlation_id, api_key, api_version, header.client_id, request, expects
+            correlation_id, api_key, api_version, header.client_id, request, expects, len(payload)
         )
 
     def _push_slot(self, slot: _Slot) -> None:

@@ -262,6 +262,11 @@ class _OutgoingBuilder:
 assert _OutgoingBuilder.__slots__ == tuple(f.name for f in fields(OutgoingMessage))
 
 
+def stored_body(value: bytes | None) -> bytes:
+    """The body :func:`record_to_message` stores for a record value."""
+    return value or EMPTY_BODY
+
+
 def record_to_message(record: Record, partition: int) -> OutgoingMessage:
     """The message that stores one produced Kafka record in ``partition``.
 

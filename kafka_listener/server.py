@@ -17,7 +17,16 @@ puts the answer in its place in the response order. A
 closes that connection only, after logging; so does an unexpected handler error (logged
 with its traceback). Nothing is stored for a request that failed to decode.
 
-A timer task calls the group coordinator's ``tick`` every ``tick_interval_s``.
+Flow control (``flow.py``): every connection's request bytes (its incomplete frame and
+the requests of its last read not yet handled) count towards the listener's
+``max_buffered_bytes``; over it, a connection adding to the total stops being read
+(``transport.pause_reading``) until the total falls, and is never closed for it. A
+connection with no request in flight and no request or response for ``idle_ms`` is
+closed (logged at INFO).
+
+A timer task calls the group coordinator's ``tick`` every ``tick_interval_s``; another
+looks for idle connections every ``idle_check_s`` (a quarter of ``idle_ms``, at most a
+second).
 
 Thread-safety: a listener lives on one event loop; :meth:`KafkaListener.start` and
 :meth:`close` must be awaited on it.
@@ -35,7 +44,8 @@ from mqcore.clock import Clock, SystemClock
 from mqcore.errors import RemoteProtocolError
 from mqcore.store.msgid import HostAddress
 
-from .connection import ConnectionClosed, KafkaServerConnection
+from .connection import ConnectionClosed, Event, KafkaServerConnection, RequestReceived
+from .flow import BufferBudget, Flow
 from .handlers import Call, KafkaContext, Later, ListenerConfig, dispatch, supported_versions
 from .mapping import born_host
 
@@ -45,6 +55,52 @@ log = logging.getLogger(__name__)
 # default limit of 64 KiB made ~16 reads and a pause/resume of the transport per request).
 READ_BYTES = 1 << 20
 STREAM_LIMIT = 1 << 20  # the transport pauses above twice this, per connection
+MAX_IDLE_CHECK_S = 1.0
+
+
+class _Client:
+    """The server's side of one connection: its codec state, its share of the buffer
+    budget, and whether its socket is being read.
+
+    Pausing stops the transport reading at once (``pause_reading``) unless the stream
+    reader already stopped it (its buffer is full: it resumes it itself when read), and
+    resuming undoes only what pausing did, so the two never fight over the transport."""
+
+    __slots__ = ("conn", "flow", "transport", "peer", "readable", "_stopped_transport")
+
+    def __init__(
+        self,
+        conn: KafkaServerConnection,
+        flow: Flow,
+        transport: asyncio.BaseTransport,
+        peer: HostAddress | None,
+    ) -> None:
+        self.conn = conn
+        self.flow = flow
+        self.transport = transport
+        self.peer = peer
+        self.readable = asyncio.Event()
+        self.readable.set()
+        self._stopped_transport = False
+
+    def pause(self) -> None:
+        if not self.readable.is_set():
+            return
+        self.readable.clear()
+        transport = self.transport
+        if isinstance(transport, asyncio.ReadTransport) and transport.is_reading():
+            transport.pause_reading()
+            self._stopped_transport = True
+
+    def resume(self) -> None:
+        if self.readable.is_set():
+            return
+        self.readable.set()
+        transport = self.transport
+        if self._stopped_transport and isinstance(transport, asyncio.ReadTransport):
+            self._stopped_transport = False
+            if not transport.is_closing():
+                transport.resume_reading()
 
 
 class KafkaListener:
@@ -58,6 +114,9 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self._idle_checker: asyncio.Task[None] | None = None
+        self.budget = BufferBudget(config.max_buffered_bytes)
+        self._clients: dict[Flow, _Client] = {}
 
     @property
     def port(self) -> int:
@@ -76,6 +135,8 @@ class KafkaListener:
             host = "127.0.0.1"
         self.ctx.advertised = (host, self.config.advertised_port or self.port)
         self._ticker = asyncio.create_task(self._tick())
+        if self.config.idle_ms > 0:
+            self._idle_checker = asyncio.create_task(self._close_idle())
         log.info(
             "Kafka listener on %s:%d (advertised %s:%d)",
             self.config.host,
@@ -87,15 +148,14 @@ class KafkaListener:
         """Stop accepting, answer parked group requests, close every connection."""
         if self._server is not None:
             self._server.close()
-        if self._ticker is not None:
-            self._ticker.cancel()
+        timers = [t for t in (self._ticker, self._idle_checker) if t is not None]
+        for timer in timers:
+            timer.cancel()
         self.ctx.coordinator.close()
         self.ctx.close()
         for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(
-            *self._tasks, *(t for t in [self._ticker] if t), return_exceptions=True
-        )
+        await asyncio.gather(*self._tasks, *timers, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -108,6 +168,21 @@ class KafkaListener:
             except Exception:  # a coordinator bug must not stop group timers for good
                 log.exception("group coordinator tick failed")
 
+    async def _close_idle(self) -> None:
+        idle_s = self.config.idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(idle_s / 4, MAX_IDLE_CHECK_S))
+            for flow in self.budget.idle(loop.time(), idle_s):
+                client = self._clients.get(flow)
+                if client is not None and not client.transport.is_closing():
+                    log.info(
+                        "closing idle Kafka connection from %s: no request for %d ms",
+                        client.peer,
+                        self.config.idle_ms,
+                    )
+                    client.transport.close()  # the read loop sees EOF and ends
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -117,8 +192,11 @@ class KafkaListener:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = born_host(writer.get_extra_info("peername"))
         conn = KafkaServerConnection(self.config.max_frame_bytes, self.ctx.versions)
+        now = asyncio.get_running_loop().time()
+        flow = self.budget.register(now, lambda: conn.in_flight)
+        client = self._clients[flow] = _Client(conn, flow, writer.transport, peer)
         try:
-            await self._run(conn, reader, writer, peer)
+            await self._run(client, reader, writer)
         except RemoteProtocolError as exc:
             log.info("closing Kafka connection from %s: %s (error %d)", peer, exc, exc.error_code)
         except (ConnectionError, asyncio.CancelledError):
@@ -127,20 +205,34 @@ class KafkaListener:
             log.exception("closing Kafka connection from %s after a handler error", peer)
         finally:
             self._tasks.discard(task)
+            del self._clients[flow]
+            self._wake(self.budget.close(flow, asyncio.get_running_loop().time()))
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    def _account(self, client: _Client, in_hand: int) -> None:
+        """Tell the budget what ``client`` holds now; pause or resume connections."""
+        conn = client.conn
+        partial = conn.buffered_bytes
+        now = asyncio.get_running_loop().time()
+        pause, resume = self.budget.update(client.flow, partial + in_hand, partial > 0, now)
+        if pause:
+            client.pause()
+        self._wake(resume)
+
+    def _wake(self, flows: list[Flow]) -> None:
+        for flow in flows:
+            client = self._clients.get(flow)
+            if client is not None:
+                client.resume()
+
     async def _run(
-        self,
-        conn: KafkaServerConnection,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        peer: HostAddress | None,
+        self, client: _Client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         pending: set[asyncio.Future[None]] = set()
         try:
-            await self._read_loop(conn, reader, writer, peer, pending)
+            await self._read_loop(client, reader, writer, pending)
         finally:
             for task in pending:
                 task.cancel()
@@ -148,6 +240,7 @@ class KafkaListener:
     async def _answer_later(
         self,
         conn: KafkaServerConnection,
+        flow: Flow,
         writer: asyncio.StreamWriter,
         correlation_id: int,
         later: Later,
@@ -156,48 +249,72 @@ class KafkaListener:
             response = await later.response
             conn.send_response(correlation_id, response)
             self._flush(conn, writer)
+            flow.touch(asyncio.get_running_loop().time())
         except Exception:  # the connection is unusable now: its answers would be out of order
             log.exception("closing a Kafka connection: a deferred response failed")
             writer.transport.abort()
 
     async def _read_loop(
         self,
-        conn: KafkaServerConnection,
+        client: _Client,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        peer: HostAddress | None,
         pending: set[asyncio.Future[None]],
     ) -> None:
+        conn = client.conn
         while True:
-            data = await reader.read(READ_BYTES)
-            for event in conn.receive_data(data):
-                if isinstance(event, ConnectionClosed):  # finish what was accepted, then close
-                    await asyncio.gather(*pending, return_exceptions=True)
-                    self._flush(conn, writer)
-                    await writer.drain()
-                    return
-                call = Call(
-                    event.api_key,
-                    event.api_version,
-                    event.correlation_id,
-                    event.client_id,
-                    event.request,
-                    peer,
-                )
-                response = await dispatch(self.ctx, call)
-                if isinstance(response, Later):
-                    later = self._answer_later(conn, writer, event.correlation_id, response)
-                    task = asyncio.ensure_future(later)
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                elif event.expects_response:
-                    assert response is not None
-                    conn.send_response(event.correlation_id, response)
-                else:
-                    conn.no_response(event.correlation_id)
-                self._flush(conn, writer)
+            await client.readable.wait()  # paused while over the buffer budget
+            events = conn.receive_data(await reader.read(READ_BYTES))
+            if not await self._handle(client, events, writer, pending):
+                return
             self._flush(conn, writer)  # replies the connection made itself (ApiVersions)
             await writer.drain()
+
+    async def _handle(
+        self,
+        client: _Client,
+        events: list[Event],
+        writer: asyncio.StreamWriter,
+        pending: set[asyncio.Future[None]],
+    ) -> bool:
+        """Handle the events of one read, in order; False once the peer closed. Each
+        request leaves the budget (and memory: ``events`` is consumed) once handled."""
+        conn, flow = client.conn, client.flow
+        loop = asyncio.get_running_loop()
+        in_hand = sum(e.frame_bytes for e in events if isinstance(e, RequestReceived))
+        self._account(client, in_hand)
+        events.reverse()
+        while events:
+            event = events.pop()
+            if isinstance(event, ConnectionClosed):  # finish what was accepted, then close
+                await asyncio.gather(*pending, return_exceptions=True)
+                self._flush(conn, writer)
+                await writer.drain()
+                return False
+            flow.touch(loop.time())
+            call = Call(
+                event.api_key,
+                event.api_version,
+                event.correlation_id,
+                event.client_id,
+                event.request,
+                client.peer,
+            )
+            response = await dispatch(self.ctx, call)
+            if isinstance(response, Later):
+                later = self._answer_later(conn, flow, writer, event.correlation_id, response)
+                task = asyncio.ensure_future(later)
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            elif event.expects_response:
+                assert response is not None
+                conn.send_response(event.correlation_id, response)
+            else:
+                conn.no_response(event.correlation_id)
+            self._flush(conn, writer)
+            in_hand -= event.frame_bytes
+            self._account(client, in_hand)
+        return True
 
     @staticmethod
     def _flush(conn: KafkaServerConnection, writer: asyncio.StreamWriter) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,10 +12,12 @@ from typing import Any
 from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
 from mqcore.store.msgid import HostAddress
+from mqcore.store.store import MessageStore
 
 from ..arrivals import Arrivals
 from ..batch_cache import BatchCache
 from ..coordinator import DEFAULT_INITIAL_REBALANCE_DELAY_MS, GroupCoordinator
+from ..flow import DEFAULT_IDLE_MS, DEFAULT_MAX_BUFFERED_BYTES
 from ..framing import DEFAULT_MAX_FRAME_BYTES
 from ..idempotence import ProducerStates
 from ..read_ahead import ReadAhead
@@ -36,6 +40,11 @@ class ListenerConfig:
             (Kafka's ``num.partitions`` default is 1).
         initial_rebalance_delay_ms: ``group.initial.rebalance.delay.ms``.
         max_frame_bytes: largest request (Kafka's ``socket.request.max.bytes``).
+        max_buffered_bytes: request bytes all connections together may hold before the
+            connections adding to them are paused (``CAIRN_KAFKA_MAX_BUFFERED_BYTES``,
+            ``flow.py``).
+        idle_ms: a connection with no request for this long is closed
+            (``CAIRN_KAFKA_IDLE_MS``, Kafka's ``connections.max.idle.ms``); 0 never.
         max_fetch_records: most records one Fetch returns per partition (a bound on one
             Fetch's work; high enough that ``partition_max_bytes``, librdkafka's 1 MiB,
             decides for records of 60 bytes or more).
@@ -54,6 +63,8 @@ class ListenerConfig:
     default_partitions: int = 1
     initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    idle_ms: int = DEFAULT_IDLE_MS
     max_fetch_records: int = 16_384
     fetch_cache_bytes: int = 64 * 1024 * 1024
     tick_interval_s: float = 0.05
@@ -65,7 +76,10 @@ class KafkaContext:
     ``producers``, ``batch_cache``, ``read_ahead`` and ``arrivals`` are thread-safe; ``commit_metadata``
     sees single dict operations from worker threads (atomic under the GIL).
     ``arrivals`` listens to the store's dispatches from creation until :meth:`close`, which
-    also stops ``read_ahead``'s thread (Fetch's store-path batches built ahead)."""
+    also stops ``read_ahead``'s thread (Fetch's store-path batches built ahead).
+    ``producers`` is the store's (``idempotence.py``: loaded from ``<store>/kafka/`` and
+    settled against the CommitLog by the first context of a store, shared by the others
+    while they are open, closed with the last one)."""
 
     broker: Broker
     config: ListenerConfig
@@ -84,7 +98,7 @@ class KafkaContext:
         self.coordinator = GroupCoordinator(
             self.clock, initial_rebalance_delay_ms=self.config.initial_rebalance_delay_ms
         )
-        self.producers = ProducerStates(self.clock)
+        self.producers = _SHARED.acquire(self.broker.store, self.clock)
         self.batch_cache = BatchCache(self.config.fetch_cache_bytes)
         self.read_ahead = ReadAhead()
         self.arrivals = Arrivals(self.broker.store)
@@ -94,7 +108,41 @@ class KafkaContext:
         """Stop listening to dispatches and reading ahead (the listener is closing)."""
         with contextlib.suppress(ValueError):  # closed twice
             self.broker.store.remove_arrivals_listener(self.arrivals.on_arrivals)
+            _SHARED.release(self.broker.store)
         self.read_ahead.close()
+
+
+class _SharedProducerStates:
+    """One :class:`ProducerStates` per open store, however many contexts use it (two
+    would each own the journal's files). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_store: weakref.WeakKeyDictionary[MessageStore, tuple[ProducerStates, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def acquire(self, store: MessageStore, clock: Clock) -> ProducerStates:
+        with self._lock:
+            found = self._by_store.get(store)
+            states = found[0] if found is not None else ProducerStates.open(store, clock)
+            self._by_store[store] = (states, (found[1] if found is not None else 0) + 1)
+            return states
+
+    def release(self, store: MessageStore) -> None:
+        with self._lock:
+            found = self._by_store.get(store)
+            if found is None:
+                return
+            states, users = found
+            if users > 1:
+                self._by_store[store] = (states, users - 1)
+                return
+            del self._by_store[store]
+        states.close()
+
+
+_SHARED = _SharedProducerStates()
 
 
 @dataclass(frozen=True, slots=True)

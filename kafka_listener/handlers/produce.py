@@ -38,6 +38,7 @@ from mqcore.broker.broker import Broker
 from mqcore.broker.types import SendResult
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
 from mqcore.message import Message
+from mqcore.store.msgid import decode_offset_msg_id
 from mqcore.store.plain_batch import PlainColumns
 
 from .. import mapping
@@ -156,9 +157,21 @@ def _store_partition(
                     raise _Refused(code)
                 if duplicate_at is not None:
                     return _partition_reply(ErrorCode.NONE, duplicate_at, -1)
-                first = _send(broker, topic, partition, plain, decoded, call)
+                pending = producers.begin(
+                    key,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    count,
+                    _end_bodies(plain, decoded),
+                    call.peer,
+                )
+                try:
+                    first = _send(broker, topic, partition, plain, decoded, call)
+                except BaseException:
+                    producers.abandon(pending)
+                    raise
                 base = first.queue_offset
-                producers.record(key, header.producer_epoch, header.base_sequence, count, base)
+                producers.record(pending, base, decode_offset_msg_id(first.offset_msg_id)[1])
         else:
             first = _send(broker, topic, partition, plain, decoded, call)
             base = first.queue_offset
@@ -173,6 +186,16 @@ def _store_partition(
         return _partition_reply(refused.code)
     except MQError as exc:
         return _partition_reply(error_code_for(exc, _SEND_ERRORS))
+
+
+def _end_bodies(plain: PlainBatch | None, decoded: list[Record]) -> tuple[bytes, bytes]:
+    """The first and last record's bodies as the store will hold them (what the
+    idempotence journal fingerprints a batch by)."""
+    if isinstance(plain, PlainColumns):
+        return plain.bodies[0], plain.bodies[-1]
+    if plain is not None:
+        return plain[0].body, plain[-1].body
+    return mapping.stored_body(decoded[0].value), mapping.stored_body(decoded[-1].value)
 
 
 def _send(

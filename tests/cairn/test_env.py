@@ -9,6 +9,19 @@ def test_bad_port_is_one_readable_line(monkeypatch: pytest.MonkeyPatch) -> None:
         env.get_port("CAIRN_HTTP_PORT", 8080)
 
 
+def test_bad_integer_is_one_readable_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_KAFKA_IDLE_MS", "10min")
+    with pytest.raises(
+        SystemExit, match="CAIRN_KAFKA_IDLE_MS: expected a whole number, got '10min'"
+    ):
+        env.get_int("CAIRN_KAFKA_IDLE_MS", 600_000)
+    monkeypatch.setenv("CAIRN_KAFKA_IDLE_MS", "-1")
+    with pytest.raises(SystemExit, match="must be at least 0, got -1"):
+        env.get_int("CAIRN_KAFKA_IDLE_MS", 600_000)
+    monkeypatch.setenv("CAIRN_KAFKA_IDLE_MS", "")
+    assert env.get_int("CAIRN_KAFKA_IDLE_MS", 600_000) == 600_000
+
+
 def test_choice_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CAIRN_SERVICES", "threads")
     with pytest.raises(SystemExit, match="expected one of inline, celery"):

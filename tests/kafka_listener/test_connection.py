@@ -64,8 +64,17 @@ def test_request_event_fields() -> None:
     frame = encode_request_frame(3, 5, 7, {"topics": None}, client_id="me")
     [event] = conn.receive_data(frame)
     assert event == RequestReceived(
-        7, 3, 5, "me", {"topics": None, "allow_auto_topic_creation": True}, True
+        7, 3, 5, "me", {"topics": None, "allow_auto_topic_creation": True}, True, len(frame) - 4
     )
+
+
+def test_buffered_bytes_count_the_incomplete_frame_only() -> None:
+    conn = KafkaServerConnection()
+    second = heartbeat(2)
+    assert len(conn.receive_data(heartbeat(1) + second[:10])) == 1
+    assert conn.buffered_bytes == 10
+    assert len(conn.receive_data(second[10:])) == 1
+    assert conn.buffered_bytes == 0
 
 
 def test_responses_leave_in_request_order() -> None:

@@ -26,6 +26,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from cairn import env, runtime
+from kafka_listener.flow import DEFAULT_IDLE_MS, DEFAULT_MAX_BUFFERED_BYTES
 from kafka_listener.handlers import ListenerConfig
 from kafka_listener.server import KafkaListener
 from mqcore.errors import MQError
@@ -116,6 +117,11 @@ class Command(BaseCommand):
                 advertised_host=env.get("CAIRN_KAFKA_ADVERTISED_HOST", "") or None,
                 advertised_port=env.get_port("CAIRN_KAFKA_ADVERTISED_PORT", 0) or None,
                 auto_create_topics=bool(settings.CAIRN["AUTO_CREATE_TOPICS"]),
+                # Caps on what connections may cost (kafka_listener/flow.py).
+                max_buffered_bytes=env.get_int(
+                    "CAIRN_KAFKA_MAX_BUFFERED_BYTES", DEFAULT_MAX_BUFFERED_BYTES
+                ),
+                idle_ms=env.get_int("CAIRN_KAFKA_IDLE_MS", DEFAULT_IDLE_MS),
             ),
         )
 
