@@ -525,7 +525,8 @@ def send_status_of(status: PutStatus, put: object) -> SendStatus:
     if status is PutStatus.FLUSH_DISK_TIMEOUT:
         return SendStatus.FLUSH_DISK_TIMEOUT
     if status is PutStatus.SERVICE_NOT_AVAILABLE:
-        raise StoreNotWritableError("the store does not accept writes now (SERVICE_NOT_AVAILABLE)")
+        reason = getattr(put, "reason", "") or "the store does not accept writes now"
+        raise StoreNotWritableError(f"{reason} (SERVICE_NOT_AVAILABLE)")
     if status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
         raise MessageIllegalError("message", "illegal", f"the store refused the message: {put}")
     raise StoreError(f"the store could not write the message ({status})")

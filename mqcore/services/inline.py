@@ -26,12 +26,14 @@ from __future__ import annotations
 from typing import Any
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.services import cleanup, flush, follow, index_build, reput, status, tiered
+from mqcore.services import cleanup, flush, follow, index_build, rebuild, reput, status, tiered
 from mqcore.services.cleanup import CleanupState
 from mqcore.services.config import Mode, ServicesConfig
 from mqcore.services.disk import DiskProbe, usage_ratio
 from mqcore.services.flush import FlushState
+from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
+from mqcore.store import derived_start
 from mqcore.store.progress import Slot
 from mqcore.store.roles import Role
 from mqcore.store.store import MessageStore
@@ -80,7 +82,8 @@ def build_service_loops(
                 "follow",
                 lambda: follow.step(store, max_bytes=services.reput_max_bytes),
                 services.follow_interval_ms / 1000,
-            )
+            ),
+            ServiceLoop("snapshot", lambda: snapshot_step(store), SNAPSHOT_INTERVAL_S),
         ]
     if store.role != "standalone" or store.readonly:
         raise ValueError("service loops run in a writable standalone or broker store")
@@ -122,13 +125,33 @@ def build_service_loops(
             ),
             cfg.clean_resource_interval_ms / 1000,
         ),
+        # Damaged ConsumeQueues and index (the start check's), and rebuildindex's builds.
         ServiceLoop(
             "index",
-            lambda: index_build.step(store, clock, max_bytes=services.index_step_bytes),
+            lambda: rebuild.step(store, clock, max_bytes=services.index_step_bytes),
             1.0,
         ),
+        # The queue offset snapshot (``queue_snapshot.py``), when the table changed.
+        ServiceLoop("snapshot", lambda: snapshot_step(store), SNAPSHOT_INTERVAL_S),
         *tier_loops,
     ]
+
+
+#: How often the CommitLog writer saves the queue offset snapshot (when it changed): the
+#: most a start after a crash scans beyond it is what was written in this time.
+SNAPSHOT_INTERVAL_S = 1.0
+
+
+def snapshot_step(store: MessageStore) -> StepResult:
+    """Save the queue offset snapshot if the table changed (``derived_start.save_snapshot``)."""
+    before = store.queue_snapshot
+    derived_start.save_snapshot(store)
+    after = store.queue_snapshot
+    return StepResult(
+        "snapshot",
+        progressed=False,
+        detail={"log_offset": after.log_offset if after else 0, "written": after != before},
+    )
 
 
 def services_status(store: MessageStore, loops: list[ServiceLoop]) -> dict[str, Any]:

@@ -7,13 +7,13 @@ Who runs it (``locks.py``): a standalone store (``CAIRN_SERVICES=inline``) on it
 in Celery mode the one worker holding ``<root>/locks/reput``. The first step of a worker
 takes the lock and *attaches* (recovers the derived files against the CommitLog end the
 broker published, ``mqcore.store.roles.attach``), then keeps the lock until :func:`release`.
-A rebuilt index waiting for its swap (``index_build``) is installed here, by the one process
-that writes the index.
+A rebuilt index or rebuilt ConsumeQueues waiting for their swap (``index_build``,
+``queue_build``) are installed here, by the one process that writes the derived files.
 """
 
 from __future__ import annotations
 
-from mqcore.services import index_build, locks
+from mqcore.services import index_build, locks, queue_build
 from mqcore.services.result import StepResult
 from mqcore.store.store import MessageStore
 
@@ -42,6 +42,7 @@ def step(store: MessageStore, *, max_bytes: int = DEFAULT_MAX_BYTES) -> StepResu
                 detail={"reason": "no broker has published the CommitLog end yet"},
             )
     installed = index_build.apply_ready(store)
+    installed = queue_build.apply_ready(store) or installed
     dispatched = store.reput_once(max_bytes)
     return StepResult(
         "reput",

@@ -39,6 +39,13 @@ class PutResult:
         return self.status is PutStatus.PUT_OK
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedPut(PutResult):
+    """A put the store refused (``SERVICE_NOT_AVAILABLE``), with the reason to show."""
+
+    reason: str = ""
+
+
 class _PutResultBuilder:
     """Same slots as :class:`PutResult`, assignable; filled, then its ``__class__`` set
     (identical layouts), giving an ordinary frozen PutResult. A frozen dataclass's

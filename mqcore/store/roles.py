@@ -136,10 +136,14 @@ def new_index(
 RETIRE_AFTER_S = 5.0
 
 
-def retire(store: MessageStore, *views: ConsumeQueueStore | IndexService) -> None:
+#: What a follower (or a rebuild's swap) replaces and closes later.
+type View = ConsumeQueueStore | IndexService | ConsumeQueue
+
+
+def retire(store: MessageStore, *views: View) -> None:
     """Close views replaced more than RETIRE_AFTER_S ago; keep these for later."""
     now = time.monotonic()
-    keep: list[tuple[float, ConsumeQueueStore | IndexService]] = []
+    keep: list[tuple[float, View]] = []
     for since, view in store.retired:
         if now - since >= RETIRE_AFTER_S:
             view.close()

@@ -28,7 +28,7 @@ from types import TracebackType
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import StoreClosedError, ValidationError
 from mqcore.message import Message, MessageExt
-from mqcore.store import dispatch_scan, dispatch_write, queries, roles
+from mqcore.store import derived_start, dispatch_scan, dispatch_write, queries, roles
 from mqcore.store.arrivals import ArrivalsListener
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.commit_log import CommitLog, PendingRecord
@@ -44,6 +44,7 @@ from mqcore.store.pending import DEFAULT_BORN_HOST, pending_record
 from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.prefault import Prefaulter, start_prefaulter
 from mqcore.store.progress import Progress, Slot, publish_config
+from mqcore.store.queue_snapshot import QueueOffsetSnapshot
 from mqcore.store.record_layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -56,6 +57,7 @@ from mqcore.store.results import (
     GetResult,
     PutResult,
     PutStatus,
+    RefusedPut,
     new_put_result,
 )
 from mqcore.store.roles import Role
@@ -134,6 +136,13 @@ class MessageStore:
         )
         self.checkpoint = Checkpoint(self.root / "checkpoint")
         self.recovery: RecoveryReport | None = None
+        #: Damaged queues being rebuilt, and why: puts to them are refused (``derived_start``).
+        self.rebuilding_queues: dict[tuple[str, int], str] = {}
+        #: Why the index is damaged ("" when it is not); its rebuild clears it.
+        self.index_damage = ""
+        #: The last queue offset snapshot written or read (``queue_snapshot.py``).
+        self.queue_snapshot: QueueOffsetSnapshot | None = None
+        self.queues.on_topic_deleted = lambda topic: derived_start.forget_topic(self, topic)
         #: Problems (kept until acknowledged) and conditions of this store (``health.py``).
         self.health = StoreHealth(self.root, self.clock, readonly=readonly)
         self.reput_offset = 0
@@ -151,7 +160,7 @@ class MessageStore:
         self.seen: dict[Slot, int] = {}
         self.publish_lock = threading.Lock()
         #: Followers: replaced views of the derived files, closed a little later.
-        self.retired: list[tuple[float, ConsumeQueueStore | IndexService]] = []
+        self.retired: list[tuple[float, roles.View]] = []
         self._follow_lock = threading.RLock()
         self._service_locks = ServiceLocks(self.root, CONTINUOUS_SERVICES)
         self._lock = StoreLock(self.root)
@@ -210,6 +219,8 @@ class MessageStore:
             roles.open_broker(self, last_exit_ok)
             self._write_abort(abort)
             return
+        if not self.readonly:
+            derived_start.before_load(self)
         self.commit_log.load()
         self.queues.load()
         self.checkpoint = Checkpoint.load(self.root / "checkpoint")
@@ -241,7 +252,7 @@ class MessageStore:
             index_dispatch=self._dispatch_index,
         )
         self.reput_offset = self.recovery.end_offset
-        self._rebuild_queue_offsets()
+        derived_start.settle(self)
         self.queues.clean_expired(self.commit_log.min_offset)
         self.checkpoint.flush()
         self._write_abort(abort)
@@ -294,6 +305,7 @@ class MessageStore:
             self.index.flush()
             self._update_checkpoint_times()
             self.checkpoint.flush()
+            derived_start.save_snapshot(self)
         caught_up = self.reput_offset >= self.commit_log.max_offset
         self._open = False
         roles.close_retired(self)
@@ -315,6 +327,7 @@ class MessageStore:
         if self.role == "broker":
             while self.commit_log.flush(0):
                 pass
+            derived_start.save_snapshot(self)
             roles.publish_append(self)
             progress.set(Slot.WRITER_PID, 0)
             caught_up = (
@@ -384,6 +397,8 @@ class MessageStore:
         if not self.writable:
             log.debug("put refused: %s", self.unwritable_reason)
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, m.topic, queue_id) for m in msgs]
+        if self.rebuilding_queues and (refused := self._refused_rebuilding(msgs, queue_id)):
+            return refused
         plain = self._put_plain(msgs, queue_id)
         return plain if plain is not None else self._put_general(msgs, queue_id)
 
@@ -394,10 +409,30 @@ class MessageStore:
         one reservation of UNIQ_KEYs, as there), making those messages only for a batch the
         plain path does not take (``plain_batch.encode_plain_columns``). Thread-safe."""
         self._check_open()
-        if not columns.bodies or not self.writable:
+        if (
+            not columns.bodies
+            or not self.writable
+            or (columns.topic, queue_id) in self.rebuilding_queues
+        ):
             return self.put_batch(columns.to_messages(), queue_id)
         plain = self._put_plain(columns, queue_id)
         return plain if plain is not None else self._put_general(columns.to_messages(), queue_id)
+
+    def _refused_rebuilding(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
+        """Refusals (SERVICE_NOT_AVAILABLE, with the reason) if a message of ``msgs`` goes to
+        a queue whose ConsumeQueue is being rebuilt; else empty."""
+        for topic in {m.topic for m in msgs}:
+            why = self.rebuilding_queues.get((topic, queue_id))
+            if why is not None:
+                reason = (
+                    f"queue {topic}/{queue_id} is being rebuilt from the CommitLog ({why}); "
+                    "retry shortly"
+                )
+                return [
+                    RefusedPut(PutStatus.SERVICE_NOT_AVAILABLE, m.topic, queue_id, reason=reason)
+                    for m in msgs
+                ]
+        return []
 
     def _put_general(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
         """The general put path: a record and a PutResult object per message."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mqcore.errors import CorruptIndexError, StoreError
+from mqcore.store import queue_snapshot, rebuild_dir
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.consume_queue import BLANK_SIZE, CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
 from mqcore.store.format import Corrupt, DispatchRequest, decode_dispatch
@@ -48,7 +49,9 @@ __all__ = [
     "RecordReader",
     "check_index",
     "check_queues",
+    "entry_problems",
     "takes_unit",
+    "unit_problem",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -167,6 +170,8 @@ class _QueuePass:
         self.progress = progress
 
     def run(self) -> list[QueueInfo]:
+        for line in rebuild_dir.unfinished(self.directory.parent):
+            self.findings.defect(f"{line} (the next start or rebuildindex finishes it)")
         dirs = self._queue_dirs()
         total = sum(len(segment_paths(d)) for _, _, d in dirs) * self.file_size
         done = 0
@@ -257,17 +262,22 @@ class _QueuePass:
         if record is None:
             info.expired_units += 1
             return
-        problem = _unit_problem(record, info, offset, size, tags)
+        problem = unit_problem(record, info.topic, info.queue_id, offset, size, tags)
         if problem:
             self.findings.defect(f"{where}: {problem}")
         else:
             info.units_ok += 1
 
     def _check_coverage(self, infos: list[QueueInfo]) -> None:
+        """Every record of a queue has its unit at its queue offset. After a crash, records
+        past the queue's end may wait for the next start to dispatch them (a note); a record
+        missing below the end is a hole (a defect) whatever the exit."""
         found = {(q.topic, q.queue_id): q for q in infos}
+        reported: set[tuple[str, int]] = set()
         for (topic, queue_id), tally in sorted(self.tallies.items()):
             queue = found.get((topic, queue_id))
             covered = queue.units_ok if queue else 0
+            end = queue.max_offset if queue else 0
             if queue:
                 queue.log_records = tally.records
             missing = tally.records - covered
@@ -276,12 +286,42 @@ class _QueuePass:
             text = (
                 f"consumequeue/{topic}/{queue_id}: {missing} of its {tally.records} records "
                 f"in the CommitLog have no unit (the log reaches queue offset "
-                f"{tally.last_queue_offset}, the queue ends at {queue.max_offset if queue else 0})"
+                f"{tally.last_queue_offset}, the queue ends at {end})"
             )
-            if self.findings.last_exit_ok:
+            at_tail = missing <= tally.last_queue_offset + 1 - end
+            reported.add((topic, queue_id))
+            if self.findings.last_exit_ok or not at_tail:
                 self.findings.defect(text)
             else:
                 self.findings.notes.append(text + "; the next start dispatches them")
+        self._check_snapshot(found, reported)
+
+    def _check_snapshot(
+        self, found: dict[tuple[str, int], QueueInfo], reported: set[tuple[str, int]]
+    ) -> None:
+        """After a clean exit, each queue reaches the next offset its queue offset snapshot
+        gives (``queue_snapshot.py``), unless its records all expired."""
+        snapshot = queue_snapshot.read(self.directory.parent)
+        if snapshot is None or not self.findings.last_exit_ok:
+            return
+        if snapshot.log_offset > self.reader.end_offset:
+            self.findings.notes.append(
+                f"queue offset snapshot taken at {snapshot.log_offset}, past the CommitLog end"
+            )
+            return
+        for (topic, queue_id), entry in sorted(snapshot.entries.items()):
+            queue = found.get((topic, queue_id))
+            end = queue.max_offset if queue else 0
+            if (
+                (topic, queue_id) in reported
+                or end >= entry.next_offset
+                or 0 <= entry.last_phys_end <= self.reader.min_offset
+            ):
+                continue
+            self.findings.defect(
+                f"consumequeue/{topic}/{queue_id}: ends at queue offset {end}, below "
+                f"{entry.next_offset} in the queue offset snapshot (the next start rebuilds it)"
+            )
 
 
 @dataclass
@@ -302,12 +342,14 @@ class _QueueState:
             self.garbage += sum(1 for unit in CQ_UNIT.iter_unpack(data) if any(unit))
 
 
-def _unit_problem(
-    record: DispatchRequest | str, info: QueueInfo, offset: int, size: int, tags: int
+def unit_problem(
+    record: DispatchRequest | str, topic: str, queue_id: int, offset: int, size: int, tags: int
 ) -> str:
+    """What is wrong with the unit (``offset``: its queue offset; ``size``, ``tags``: its
+    fields) of queue ``topic``/``queue_id`` pointing at ``record`` ("" when nothing)."""
     if isinstance(record, str):
         return f"points at {record}"
-    if (record.topic, record.queue_id) != (info.topic, info.queue_id):
+    if (record.topic, record.queue_id) != (topic, queue_id):
         return f"points at a record of {record.topic}/{record.queue_id}"
     if not takes_unit(record.sys_flag):
         return "points at a prepared or rolled-back transaction record"
@@ -344,6 +386,8 @@ class _IndexPass:
         try:
             service.load(True, 0)
             files = service.files
+            for name, why in service.damaged_files:
+                self.findings.defect(f"index/{name}: {why}")
             for line in service.check():
                 self.findings.defect(f"index/{line}")
         except (CorruptIndexError, ValueError):
@@ -404,25 +448,30 @@ class _IndexPass:
             info.expired_entries += 1
             return
         where = f"index/{f.name} entry {index} (phys {phys})"
-        if isinstance(record, str):
-            self.findings.defect(f"{where}: points at {record}")
-            return
-        if record.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
-            self.findings.defect(f"{where}: points at a rolled-back transaction record")
-        keys = [*split_keys(record.keys), *([record.uniq_key] if record.uniq_key else [])]
-        if key_hash not in {index_key_hash(f"{record.topic}#{key}") for key in keys}:
-            self.findings.defect(
-                f"{where}: key hash {key_hash} matches no key of the record "
-                f"(topic {record.topic}, keys {keys})"
-            )
-        if index > 1 and f.begin_timestamp > 0:
-            expected = min(
-                max((record.store_timestamp - f.begin_timestamp) // 1000, 0), MAX_TIME_DIFF
-            )
-            if diff != expected:
-                self.findings.defect(
-                    f"{where}: time_diff {diff}s, the record's store time gives {expected}s"
-                )
+        for problem in entry_problems(record, index, key_hash, diff, f.begin_timestamp):
+            self.findings.defect(f"{where}: {problem}")
+
+
+def entry_problems(
+    record: DispatchRequest | str, index: int, key_hash: int, diff: int, begin_timestamp: int
+) -> list[str]:
+    """What is wrong with index entry ``index`` (its ``key_hash`` and ``time_diff``, in a
+    file beginning at ``begin_timestamp``) pointing at ``record``; empty when nothing."""
+    if isinstance(record, str):
+        return [f"points at {record}"]
+    problems: list[str] = []
+    if record.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+        problems.append("points at a rolled-back transaction record")
+    keys = [*split_keys(record.keys), *([record.uniq_key] if record.uniq_key else [])]
+    if key_hash not in {index_key_hash(f"{record.topic}#{key}") for key in keys}:
+        problems.append(
+            f"key hash {key_hash} matches no key of the record (topic {record.topic}, keys {keys})"
+        )
+    if index > 1 and begin_timestamp > 0:
+        expected = min(max((record.store_timestamp - begin_timestamp) // 1000, 0), MAX_TIME_DIFF)
+        if diff != expected:
+            problems.append(f"time_diff {diff}s, the record's store time gives {expected}s")
+    return problems
 
 
 def check_queues(

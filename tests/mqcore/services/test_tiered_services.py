@@ -29,7 +29,15 @@ def test_inline_tiered_loops_upload_and_report(tmp_path: Path) -> None:
             store, probe=lambda _p: 0.1, tier=tier, upload_interval_s=3600
         )
         names = [loop.name for loop in loops]
-        assert names == ["reput", "flush", "cleanup", "index", "tiered_upload", "tiered_retention"]
+        assert names == [
+            "reput",
+            "flush",
+            "cleanup",
+            "index",
+            "snapshot",
+            "tiered_upload",
+            "tiered_retention",
+        ]
         by_name = {loop.name: loop for loop in loops}
         assert by_name["tiered_retention"].interval_s == tiered.RETENTION_INTERVAL_S
         for loop in loops:
