@@ -89,6 +89,8 @@ class IndexBuildJob:
     handed_off: bool = False
     error: str = ""
     kept_files: list[str] = field(default_factory=list)
+    #: Why the start check asked for it (the index was damaged); "" for rebuildindex's.
+    reason: str = ""
 
     @property
     def done_fraction(self) -> float:
@@ -163,10 +165,12 @@ def start(
     *,
     from_offset: int | None = None,
     restart: bool = False,
+    reason: str = "",
 ) -> IndexBuildJob:
     """Begin a side build of the index from ``from_offset`` (default: the whole CommitLog).
     ``restart``: discard a build that is under way (the start check's, after a restart)
-    instead of refusing.
+    instead of refusing. ``reason``: why the index is rebuilt (the start check's finding,
+    reported as a problem once the build is installed).
 
     Raises:
         StoreError: another build holds the ``index`` lock, or a build is running.
@@ -199,7 +203,13 @@ def start(
                 begin = store.commit_log.min_offset
         now = clock.now_ms()
         job = IndexBuildJob(
-            begin, begin, _log_end(store), started_ms=now, updated_ms=now, kept_files=kept
+            begin,
+            begin,
+            _log_end(store),
+            started_ms=now,
+            updated_ms=now,
+            kept_files=kept,
+            reason=reason,
         )
         _save_job(store.root, job)
         if store.progress is not None:
@@ -370,7 +380,7 @@ def _swap(store: MessageStore, job: IndexBuildJob) -> None:
     store.checkpoint.index_msg_timestamp = filled
     if store.progress is not None:
         store.progress.set(Slot.INDEX_TIMESTAMP, filled)
-    if store.index_damage:
+    if job.reason:
         _report_rebuilt(store, job)
 
 
@@ -380,9 +390,9 @@ def _report_rebuilt(store: MessageStore, job: IndexBuildJob) -> None:
         "derived_rebuilt",
         f"derived_rebuilt:index:{job.started_ms}",
         "the index was damaged and has been rebuilt from the CommitLog",
-        {"reason": store.index_damage, "records": job.records, "from": job.from_offset},
+        {"reason": job.reason, "records": job.records, "from": job.from_offset},
     )
-    log.info("index of %s rebuilt (it was damaged: %s)", store.root, store.index_damage)
+    log.info("index of %s rebuilt (it was damaged: %s)", store.root, job.reason)
     store.index_damage = ""
     derived_start.show_condition(store, 1.0)
 
@@ -518,8 +528,12 @@ def _reload_rebuilt(store: MessageStore) -> None:
             pad_to(found, next_offset)
     queues.clean_expired(store.commit_log.min_offset)
     store.rebuilding_queues, store.index_damage = {}, ""
-    (rebuild_dir(store.root) / rebuild_dir_files.QUEUES_JOB).unlink(missing_ok=True)
-    (rebuild_dir(store.root) / rebuild_dir_files.INDEX_JOB).unlink(missing_ok=True)
+    for name in (
+        rebuild_dir_files.QUEUES_JOB,
+        rebuild_dir_files.INDEX_JOB,
+        rebuild_dir_files.INDEX_REQUEST,
+    ):
+        (rebuild_dir(store.root) / name).unlink(missing_ok=True)
     rebuild_dir_files.empty_trash(store.root)
     files = index.files
     store.checkpoint.index_msg_timestamp = files[-2].end_timestamp if len(files) >= 2 else 0

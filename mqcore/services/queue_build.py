@@ -40,7 +40,7 @@ from typing import Any
 from mqcore.clock import Clock
 from mqcore.services import locks
 from mqcore.services.result import StepResult
-from mqcore.store import derived_start, rebuild_dir, roles
+from mqcore.store import derived_start, queue_snapshot, rebuild_dir, roles
 from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT_SIZE, ConsumeQueue
 from mqcore.store.dispatch_scan import dispatch_columns
 from mqcore.store.progress import Slot
@@ -223,6 +223,9 @@ def apply_ready(store: MessageStore) -> bool:
             store.rebuilding_queues.pop(key, None)
         store.queues.damaged = {k: v for k, v in store.queues.damaged.items() if k not in wanted}
     rebuild_dir.empty_trash(store.root)
+    if store.role == "services" and store.progress is not None:
+        # Followers (the broker) reload their views of the derived files.
+        store.seen[Slot.ATTACH_COUNT] = store.progress.increment(Slot.ATTACH_COUNT)
     job["state"] = "installed"
     rebuild_dir.rebuild_dir(store.root).joinpath(rebuild_dir.QUEUES_JOB).unlink(missing_ok=True)
     _report(store, job, wanted, installed)
@@ -231,8 +234,15 @@ def apply_ready(store: MessageStore) -> bool:
 
 
 def _pad_to_next_offsets(store: MessageStore, side: SideQueues) -> None:
+    """Each queue up to its next offset: the writer's table, or (a Celery worker, whose
+    broker holds the table) the queue offset snapshot the broker writes."""
+    table: dict[QueueKey, int] = dict(store.commit_log.queue_offsets)
+    if store.role == "services":
+        snapshot = queue_snapshot.read(store.root)
+        if snapshot is not None and snapshot.log_offset <= store.reput_offset:
+            table = {key: entry.next_offset for key, entry in snapshot.entries.items()}
     for key, queue in side.queues.items():
-        pad_to(queue, store.commit_log.queue_offsets.get(key, 0))
+        pad_to(queue, table.get(key, 0))
 
 
 def pad_to(queue: ConsumeQueue, next_offset: int) -> None:

@@ -4,8 +4,8 @@ One step (the ``index`` loop of an inline broker, ``cairn.index_build`` on a Cel
 
 1. the ConsumeQueue rebuild the start check asked for (:mod:`mqcore.services.queue_build`);
 2. the index side build (:mod:`mqcore.services.index_build`), started here when the start
-   check found the index damaged (``MessageStore.index_damage``), and any build an operator
-   started with ``rebuildindex``;
+   check found the index damaged (its request, ``rebuild/index.request``), and any build
+   an operator started with ``rebuildindex``;
 3. the "rebuild" health condition, with the mean progress of the rebuilds under way, and an
    INFO line for the index every 10%.
 
@@ -27,20 +27,23 @@ from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)
 
-#: Stores whose damaged index already has its rebuild started (by this process).
-_index_started: weakref.WeakKeyDictionary[MessageStore, int] = weakref.WeakKeyDictionary()
 
-
-def _start_index_rebuild(store: MessageStore, clock: Clock) -> None:
-    if not store.index_damage or store in _index_started:
+def _start_requested_index_rebuild(store: MessageStore, clock: Clock) -> None:
+    """Start the side build the start check asked for (``rebuild/index.request``)."""
+    if store.readonly or store.role == "broker":
         return
+    path = rebuild_dir.rebuild_dir(store.root) / rebuild_dir.INDEX_REQUEST
+    request = rebuild_dir.read_json(path)
+    if not isinstance(request, dict):
+        return
+    reason = str(request.get("reason", "damaged"))
     try:
-        job = index_build.start(store, clock, restart=True)
+        index_build.start(store, clock, restart=True, reason=reason)
     except StoreError as exc:
         log.warning("index rebuild of %s not started yet: %s", store.root, exc)
         return
-    _index_started[store] = job.started_ms
-    log.info("index rebuild of %s started: %s", store.root, store.index_damage)
+    path.unlink(missing_ok=True)
+    log.info("index rebuild of %s started: %s", store.root, reason)
 
 
 def progress_of(store: MessageStore) -> float:
@@ -64,7 +67,7 @@ def step(
 ) -> StepResult:
     """One step of each rebuild under way (module docstring)."""
     queues = queue_build.step(store, clock, max_bytes=max_bytes)
-    _start_index_rebuild(store, clock)
+    _start_requested_index_rebuild(store, clock)
     index = index_build.step(store, clock, max_bytes=max_bytes, builder=builder)
     job = index.detail.get("job")
     if isinstance(job, dict) and job.get("state") == "ready":

@@ -80,6 +80,8 @@ class ConsumeQueueStore:
         self._files_lock = threading.RLock()
         #: Queues ``load`` found damaged, and why (``derived_start`` has them rebuilt).
         self.damaged: dict[tuple[str, int], str] = {}
+        #: Queues ``load`` found files of (recovery may create others by dispatching).
+        self.loaded: set[tuple[str, int]] = set()
         #: Called with a topic :meth:`delete_topic` deleted (the store forgets its offsets).
         self.on_topic_deleted: Callable[[str], None] | None = None
 
@@ -110,6 +112,7 @@ class ConsumeQueueStore:
                 queue = self._new_queue(topic_dir.name, int(queue_dir.name))
                 if not self._load_queue(queue):
                     continue
+                self.loaded.add((queue.topic, queue.queue_id))
                 with self._lock:
                     self._table.setdefault(queue.topic, {})[queue.queue_id] = queue
 
@@ -288,6 +291,8 @@ class ConsumeQueueStore:
         Returns:
             Whether the topic was known.
         """
+        if self.on_topic_deleted is not None:
+            self.on_topic_deleted(topic)
         with self._files_lock:
             with self._lock:
                 queues = self._table.pop(topic, None)
@@ -301,8 +306,6 @@ class ConsumeQueueStore:
             pass
         except OSError:
             log.warning("%s: not removed, it holds other entries", self.directory / topic)
-        if self.on_topic_deleted is not None:
-            self.on_topic_deleted(topic)
         return True
 
     def replace(self, queue: ConsumeQueue) -> ConsumeQueue | None:

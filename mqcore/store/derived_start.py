@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from mqcore.store import derived_check, queue_snapshot, rebuild_dir
 from mqcore.store.consume_queue import ConsumeQueue
@@ -81,14 +82,23 @@ def usable_snapshot(store: MessageStore, end: int) -> QueueOffsetSnapshot | None
     return snapshot
 
 
-def scan_after(store: MessageStore, begin: int, end: int) -> dict[QueueKey, int]:
-    """One past the highest queue offset of each queue's records in ``[begin, end)``."""
-    found: dict[QueueKey, int] = {}
+class Scan(NamedTuple):
+    """Each queue's records in a range of the CommitLog: one past the highest queue offset,
+    and the lowest."""
+
+    next_offsets: dict[QueueKey, int]
+    first_offsets: dict[QueueKey, int]
+
+
+def scan_after(store: MessageStore, begin: int, end: int) -> Scan:
+    """The queues' records in ``[begin, end)`` (:class:`Scan`)."""
+    scan = Scan({}, {})
     for item in store.commit_log.iter_dispatch(begin, end, 1 << 62, store.delay_levels_ms):
         if isinstance(item, DispatchRequest) and takes_unit(item.sys_flag):
             key = (item.topic, item.queue_id)
-            found[key] = max(found.get(key, 0), item.queue_offset + 1)
-    return found
+            scan.next_offsets[key] = max(scan.next_offsets.get(key, 0), item.queue_offset + 1)
+            scan.first_offsets.setdefault(key, item.queue_offset)
+    return scan
 
 
 def _interrupted_queues(store: MessageStore) -> dict[QueueKey, str]:
@@ -101,19 +111,42 @@ def _interrupted_queues(store: MessageStore) -> dict[QueueKey, str]:
             key = (str(q["topic"]), int(q["queue_id"]))
         except (KeyError, TypeError, ValueError):
             continue
-        found[key] = f"its rebuild was interrupted ({q.get('reason', 'damaged')})"
+        found[key] = f"{q.get('reason', 'damaged')}; its rebuild was interrupted"
     return found
 
 
+def _missing_at_start(
+    store: MessageStore, snapshot: QueueOffsetSnapshot | None, scan: Scan
+) -> dict[QueueKey, str]:
+    """Queues with records but no files when the store was loaded. Recovery may have
+    dispatched some of their records since (after a crash) into a queue pre-filled with
+    blanks up to them: only a queue born after the snapshot whose files start at its first
+    record of the scan is whole."""
+    loaded = store.queues.loaded
+    min_offset = store.commit_log.min_offset
+    missing: dict[QueueKey, str] = {}
+    known = snapshot.entries if snapshot is not None else {}
+    for key, entry in known.items():
+        if key not in loaded and not 0 <= entry.last_phys_end <= min_offset:
+            missing[key] = (
+                f"its ConsumeQueue is missing; the queue offset snapshot reaches "
+                f"{entry.next_offset}"
+            )
+    for key, first in scan.first_offsets.items():
+        queue = store.queues.get(*key)
+        if key in loaded or key in known or (queue is not None and queue.min_offset <= first):
+            continue
+        missing[key] = f"its ConsumeQueue is missing; the CommitLog has it from {first}"
+    return missing
+
+
 def damaged_queues(
-    store: MessageStore,
-    snapshot: QueueOffsetSnapshot | None,
-    scanned: dict[QueueKey, int],
-    end: int,
+    store: MessageStore, snapshot: QueueOffsetSnapshot | None, scan: Scan, end: int
 ) -> dict[QueueKey, str]:
     """Every damaged queue and why (module docstring, step 2)."""
     damaged = dict(store.queues.damaged)
-    for key, why in _interrupted_queues(store).items():
+    found = {**_interrupted_queues(store), **_missing_at_start(store, snapshot, scan)}
+    for key, why in found.items():
         damaged.setdefault(key, why)
     min_offset = store.commit_log.min_offset
     expected: dict[QueueKey, tuple[int, str]] = {}
@@ -121,22 +154,17 @@ def damaged_queues(
         for key, entry in snapshot.entries.items():
             if not 0 <= entry.last_phys_end <= min_offset:  # else every record expired
                 expected[key] = (entry.next_offset, "the queue offset snapshot")
-    for key, next_offset in scanned.items():
+    for key, next_offset in scan.next_offsets.items():
         if next_offset > expected.get(key, (0, ""))[0]:
-            expected[key] = (next_offset, "a record in the CommitLog")
+            expected[key] = (next_offset, "the CommitLog")
     for key, (next_offset, witness) in sorted(expected.items()):
         queue = store.queues.get(*key)
         if key in damaged or (queue is not None and queue.max_offset >= next_offset):
             continue
-        if queue is None:
-            damaged[key] = (
-                f"its ConsumeQueue is missing ({witness} has queue offset {next_offset - 1})"
-            )
-        else:
-            damaged[key] = (
-                f"its ConsumeQueue ends at queue offset {queue.max_offset}, below "
-                f"{next_offset} ({witness})"
-            )
+        have = queue.max_offset if queue is not None else 0
+        damaged[key] = (
+            f"its ConsumeQueue ends at queue offset {have}; {witness} reaches {next_offset}"
+        )
     healthy = [
         queue
         for topic in store.queues.topics()
@@ -150,7 +178,7 @@ def damaged_queues(
 def set_queue_offsets(
     store: MessageStore,
     snapshot: QueueOffsetSnapshot | None,
-    scanned: dict[QueueKey, int],
+    scan: Scan,
     damaged: dict[QueueKey, str],
 ) -> None:
     """The next queue offset table (module docstring, step 3). Offsets never go back: a
@@ -165,7 +193,7 @@ def set_queue_offsets(
                 table[key] = queue.max_offset
     for key, entry in known.items():
         table[key] = max(table.get(key, 0), entry.next_offset)
-    for key, next_offset in scanned.items():
+    for key, next_offset in scan.next_offsets.items():
         table[key] = max(table.get(key, 0), next_offset)
 
 
@@ -189,7 +217,8 @@ def index_coverage_problem(store: MessageStore, end: int) -> str:
         (unit.phys_offset for q in _all_queues(store) if (unit := q.last_unit()) is not None),
         default=-1,
     )
-    if newest > files[-1].end_phys_offset and _keyed(reader.at(newest)):
+    dispatched = newest < store.reput_offset  # a worker's reput may not have indexed it yet
+    if dispatched and newest > files[-1].end_phys_offset and _keyed(reader.at(newest)):
         return (
             f"the index ends at phys {files[-1].end_phys_offset}, before the keyed record "
             f"at {newest}"
@@ -208,9 +237,13 @@ def index_damage(store: MessageStore, end: int) -> str:
     if store.index.damaged_files:
         names = ", ".join(f"{name} ({why})" for name, why in store.index.damaged_files)
         return f"index file(s) could not be opened: {names}"
-    job = rebuild_dir.read_json(rebuild_dir.rebuild_dir(store.root) / rebuild_dir.INDEX_JOB)
+    directory = rebuild_dir.rebuild_dir(store.root)
+    request = rebuild_dir.read_json(directory / rebuild_dir.INDEX_REQUEST)
+    if isinstance(request, dict):
+        return f"{request.get('reason', 'damaged')}; its rebuild was not started"
+    job = rebuild_dir.read_json(directory / rebuild_dir.INDEX_JOB)
     if isinstance(job, dict) and job.get("state") in ("building", "ready"):
-        return "its rebuild was interrupted"
+        return f"{job.get('reason') or 'an index rebuild'}; it was interrupted"
     return index_coverage_problem(store, end) or derived_check.check_index(
         store.index, store.commit_log, end
     )
@@ -222,9 +255,9 @@ def settle(store: MessageStore) -> None:
     end = store.reput_offset
     snapshot = usable_snapshot(store, end)
     begin = snapshot.log_offset if snapshot is not None else end
-    scanned = scan_after(store, max(begin, store.commit_log.min_offset), end)
-    damaged = damaged_queues(store, snapshot, scanned, end)
-    set_queue_offsets(store, snapshot, scanned, damaged)
+    scan = scan_after(store, max(begin, store.commit_log.min_offset), end)
+    damaged = damaged_queues(store, snapshot, scan, end)
+    set_queue_offsets(store, snapshot, scan, damaged)
     record_damage(store, damaged, index_damage(store, end))
     store.queue_snapshot = snapshot
     save_snapshot(store)
@@ -244,6 +277,52 @@ def save_snapshot(store: MessageStore) -> None:
     )
 
 
+def settle_attached(store: MessageStore, end: int) -> None:
+    """:func:`settle` for a Celery worker that has just attached as the reput holder (the
+    broker owns the offset table): the damage only. The snapshot is compared when every
+    record it counts is dispatched already (``store.reput_offset`` is where dispatch
+    restarts); the records after are dispatched by the worker's reput."""
+    snapshot = usable_snapshot(store, end)
+    if snapshot is not None and snapshot.log_offset > store.reput_offset:
+        snapshot = None
+    damaged = damaged_queues(store, snapshot, Scan({}, {}), end)
+    record_damage(store, damaged, index_damage(store, end))
+
+
+def follow_rebuild(store: MessageStore) -> None:
+    """A broker whose workers rebuild (Celery mode): take the damaged queues (puts refused)
+    and the progress from the rebuild job files when they changed."""
+    directory = rebuild_dir.rebuild_dir(store.root)
+    stamp = tuple(
+        _mtime(directory / name) for name in (rebuild_dir.QUEUES_JOB, rebuild_dir.INDEX_JOB)
+    )
+    if stamp == store.seen_rebuild:
+        return
+    store.seen_rebuild = stamp
+    job = rebuild_dir.load_queue_job(store.root)
+    queues: dict[QueueKey, str] = {}
+    if job is not None and job.get("state") in ("building", "ready") and job.get("scope") != "all":
+        for q in job.get("queues", []):
+            queues[(str(q["topic"]), int(q["queue_id"]))] = str(q.get("reason", "damaged"))
+    store.rebuilding_queues = queues
+    index_job = rebuild_dir.read_json(directory / rebuild_dir.INDEX_JOB)
+    building = isinstance(index_job, dict) and index_job.get("state") in ("building", "ready")
+    reason = str(index_job.get("reason", "")) if isinstance(index_job, dict) else ""
+    store.index_damage = reason if building else ""
+    fraction = 0.0
+    if job is not None and "cursor" in job:
+        span = max(job.get("target_end", 0) - job.get("from_offset", 0), 1)
+        fraction = min(1.0, (job["cursor"] - job.get("from_offset", 0)) / span)
+    show_condition(store, fraction)
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
 def record_damage(store: MessageStore, damaged: dict[QueueKey, str], index: str) -> None:
     """Step 5: refuse puts to the damaged queues, write the rebuild job, set the condition."""
     store.rebuilding_queues = dict(damaged)
@@ -258,6 +337,10 @@ def record_damage(store: MessageStore, damaged: dict[QueueKey, str], index: str)
         )
     if index:
         log.error("the index is damaged: %s; rebuilding it from the CommitLog", index)
+        rebuild_dir.write_json_atomically(
+            rebuild_dir.rebuild_dir(store.root) / rebuild_dir.INDEX_REQUEST,
+            {"reason": index, "requested_ms": store.clock.now_ms()},
+        )
     if damaged:
         rebuild_dir.save_queue_job(
             store.root,

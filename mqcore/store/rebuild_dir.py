@@ -13,6 +13,8 @@ Layout::
     <root>/rebuild/
         swap.json                  journal of a swap in progress (SWAP_JOURNAL)
         job.json                   the index side build (``mqcore.services.index_build``)
+        index.request              the start check found the index damaged: the rebuild
+                                   service starts a side build of it (``{"reason"}``)
         queues.json                the ConsumeQueue rebuild (``mqcore.services.queue_build``)
         index/                     side IndexFiles
         consumequeue/<topic>/<q>/  side ConsumeQueues
@@ -54,6 +56,7 @@ log = logging.getLogger(__name__)
 DIRECTORY = "rebuild"
 SWAP_JOURNAL = "swap.json"
 INDEX_JOB = "job.json"
+INDEX_REQUEST = "index.request"
 QUEUES_JOB = "queues.json"
 SIDE_INDEX = "index"
 SIDE_QUEUES = "consumequeue"
@@ -165,6 +168,7 @@ def _roll_forward(root: Path, moves: list[Move]) -> None:
             live.parent.mkdir(parents=True, exist_ok=True)
             os.replace(side, live)
             fsync_directory(live.parent)
+            _prune_empty_parents(side, rebuild_dir(root))
         elif not live.exists() and old.exists():
             os.replace(old, live)  # never seen in practice: put the old files back
             fsync_directory(live.parent)
@@ -173,6 +177,17 @@ def _roll_forward(root: Path, moves: list[Move]) -> None:
     journal.unlink(missing_ok=True)
     if journal.parent.exists():
         fsync_directory(journal.parent)
+
+
+def _prune_empty_parents(path: Path, stop: Path) -> None:
+    """Remove the empty directories above ``path``, up to (not including) ``stop``."""
+    for parent in path.parents:
+        if parent == stop or stop not in parent.parents:
+            return
+        try:
+            parent.rmdir()
+        except OSError:
+            return
 
 
 def set_aside(root: str | os.PathLike[str], directory: Path) -> Path:
@@ -226,10 +241,13 @@ def unfinished(root: str | os.PathLike[str]) -> list[str]:
             f"{DIRECTORY}/{QUEUES_JOB}: ConsumeQueue rebuild {queues.get('state')} "
             f"({', '.join(names) or 'all queues'})"
         )
+    if (directory / INDEX_REQUEST).exists():
+        found.append(f"{DIRECTORY}/{INDEX_REQUEST}: index rebuild requested, not started")
     job = read_json(directory / INDEX_JOB)
     if isinstance(job, dict) and job.get("state") in ("building", "ready"):
         found.append(f"{DIRECTORY}/{INDEX_JOB}: index rebuild {job.get('state')}")
     for side in (SIDE_QUEUES, SIDE_INDEX):
-        if (directory / side).exists() and not found:
+        has_files = any(p.is_file() for p in (directory / side).rglob("*"))
+        if has_files and not found:
             found.append(f"{DIRECTORY}/{side}: side files of an unfinished rebuild")
     return found

@@ -142,6 +142,8 @@ class MessageStore:
         self.index_damage = ""
         #: The last queue offset snapshot written or read (``queue_snapshot.py``).
         self.queue_snapshot: QueueOffsetSnapshot | None = None
+        #: Broker role: the rebuild job files' mtimes last read (``derived_start``).
+        self.seen_rebuild: tuple[int, ...] = ()
         self.queues.on_topic_deleted = lambda topic: derived_start.forget_topic(self, topic)
         #: Problems (kept until acknowledged) and conditions of this store (``health.py``).
         self.health = StoreHealth(self.root, self.clock, readonly=readonly)

@@ -84,6 +84,7 @@ def test_second_broker_on_the_same_store_is_refused(tmp_path: Path) -> None:
             "flush",
             "cleanup",
             "index",
+            "snapshot",
             "delay_delivery",
             "offsets_persist",
         }
