@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from mqcore.message import Message
-from mqcore.store import MessageStore, PutStatus, StoreConfig
-from mqcore.store import queue_snapshot
+from mqcore.store import MessageStore, PutStatus, StoreConfig, queue_snapshot
 from mqcore.store.queue_snapshot import QueueEntry, QueueOffsetSnapshot
 from mqcore.store.results import RefusedPut
 
