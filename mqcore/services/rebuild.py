@@ -19,7 +19,7 @@ import weakref
 
 from mqcore.clock import Clock
 from mqcore.errors import StoreError
-from mqcore.services import index_build, queue_build
+from mqcore.services import index_build, locks, queue_build
 from mqcore.services.index_build import IndexBuilder
 from mqcore.services.result import StepResult
 from mqcore.store import derived_start, rebuild_dir
@@ -66,9 +66,17 @@ def step(
     builder: IndexBuilder | None = None,
 ) -> StepResult:
     """One step of each rebuild under way (module docstring)."""
-    queues = queue_build.step(store, clock, max_bytes=max_bytes)
-    _start_requested_index_rebuild(store, clock)
-    index = index_build.step(store, clock, max_bytes=max_bytes, builder=builder)
+    try:
+        queues = queue_build.step(store, clock, max_bytes=max_bytes)
+        _start_requested_index_rebuild(store, clock)
+        index = index_build.step(store, clock, max_bytes=max_bytes, builder=builder)
+    finally:
+        if store.role == "standalone":
+            # A standalone store keeps a lock it took (locks.exclusive); these two are given
+            # back after each step, so that rebuildindex (or the next open of the store in
+            # this process) can take them.
+            locks.release(store, queue_build.LOCK)
+            locks.release(store, "index")
     job = index.detail.get("job")
     if isinstance(job, dict) and job.get("state") == "ready":
         store.appended.set()  # wakes an inline reput loop, which swaps it in

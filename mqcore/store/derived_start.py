@@ -141,16 +141,22 @@ def _missing_at_start(
 
 
 def damaged_queues(
-    store: MessageStore, snapshot: QueueOffsetSnapshot | None, scan: Scan, end: int
+    store: MessageStore,
+    snapshot: QueueOffsetSnapshot | None,
+    scan: Scan,
+    end: int,
+    *,
+    compare_ends: bool = True,
 ) -> dict[QueueKey, str]:
-    """Every damaged queue and why (module docstring, step 2)."""
+    """Every damaged queue and why (module docstring, step 2). ``compare_ends``: whether
+    every record the snapshot counts is dispatched (each queue must then reach it)."""
     damaged = dict(store.queues.damaged)
-    found = {**_interrupted_queues(store), **_missing_at_start(store, snapshot, scan)}
+    found = {**_missing_at_start(store, snapshot, scan), **_interrupted_queues(store)}
     for key, why in found.items():
         damaged.setdefault(key, why)
     min_offset = store.commit_log.min_offset
     expected: dict[QueueKey, tuple[int, str]] = {}
-    if snapshot is not None:
+    if snapshot is not None and compare_ends:
         for key, entry in snapshot.entries.items():
             if not 0 <= entry.last_phys_end <= min_offset:  # else every record expired
                 expected[key] = (entry.next_offset, "the queue offset snapshot")
@@ -283,9 +289,8 @@ def settle_attached(store: MessageStore, end: int) -> None:
     record it counts is dispatched already (``store.reput_offset`` is where dispatch
     restarts); the records after are dispatched by the worker's reput."""
     snapshot = usable_snapshot(store, end)
-    if snapshot is not None and snapshot.log_offset > store.reput_offset:
-        snapshot = None
-    damaged = damaged_queues(store, snapshot, Scan({}, {}), end)
+    dispatched = snapshot is not None and snapshot.log_offset <= store.reput_offset
+    damaged = damaged_queues(store, snapshot, Scan({}, {}), end, compare_ends=dispatched)
     record_damage(store, damaged, index_damage(store, end))
 
 

@@ -234,6 +234,11 @@ class _QueuePass:
                         state.garbage += 1
         if not state.ended and files:
             info.max_offset = (files[-1].base_offset + files[-1].file_size) // CQ_UNIT_SIZE
+        if state.gap_blanks:
+            self.findings.notes.append(
+                f"{name}: {state.gap_blanks} blank unit(s) after real units: offsets of records "
+                "missing from the CommitLog (a record there without its unit is counted below)"
+            )
         if state.garbage:
             self.findings.defect(
                 f"{name}: {state.garbage} non-zero units after the end of the queue at offset "
@@ -250,8 +255,9 @@ class _QueuePass:
             return
         if phys == 0 and size == BLANK_SIZE:
             if state.seen_real:
-                self.findings.defect(f"{state.name} offset {offset}: blank unit after real units")
-            info.min_offset = offset + 1
+                state.gap_blanks += 1  # a record missing from the CommitLog keeps its offset
+            else:
+                info.min_offset = offset + 1
             return
         state.seen_real = True
         where = f"{state.name} offset {offset} (phys {phys})"
@@ -332,6 +338,7 @@ class _QueueState:
     seen_real: bool = False
     last_phys: int = -1
     garbage: int = 0
+    gap_blanks: int = 0
 
     def end(self, offset: int) -> None:
         self.ended = True
