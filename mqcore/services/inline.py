@@ -1,12 +1,14 @@
 """What the broker process runs, per ``CAIRN_SERVICES``, and what it reports about services.
 
 ``inline`` (default): the store opens ``standalone`` and every service runs on a
-:class:`ServiceLoop` thread in the broker (reput woken by each append, flush, cleanup, and
-index building when a rebuild is pending). ``celery``: the store opens ``broker``, the
-workers run the services, and the broker runs only the *follow* loop, which catches its
-view of the derived files up with the workers' (``follow.py``); a Redis subscriber
-(``workers.events``) calls :meth:`ServiceLoop.wake` on it when a worker reports progress.
-Never both for one store: a standalone store holds the services' locks while it is open.
+:class:`ServiceLoop` thread in the broker (reput woken by each append, flush, cleanup, the
+rebuild of damaged derived files and index builds (``index``: :mod:`mqcore.services.rebuild`),
+and the queue offset snapshot every second). ``celery``: the store opens ``broker``, the
+workers run the services, and the broker runs the *follow* loop, which catches its view of
+the derived files up with the workers' (``follow.py``), and the snapshot loop (the broker
+holds the queue offset table); a Redis subscriber (``workers.events``) calls
+:meth:`ServiceLoop.wake` on the follow loop when a worker reports progress. Never both for
+one store: a standalone store holds the services' locks while it is open.
 
 The runtime's part (``cairn/runtime.py``)::
 

@@ -4,6 +4,13 @@ It loads the queue directories (spec 5.4 step 2: directory names that are not in
 ignored), creates queues on first dispatch, and applies store-wide passes to all of them:
 recovery, truncation past a CommitLog end (5.8), flushing (6.3) and cleanup (6.5).
 
+Damage does not stop a load: a queue whose files are cut short is loaded (its files extended
+with zeros) and noted in ``damaged``; one whose files cannot be loaded at all (a file missing
+in the middle, one too long) is moved to ``rebuild/trash`` and noted too. The start check
+(``derived_start.py``) has them rebuilt from the CommitLog; a rebuilt queue is put in place
+with :meth:`ConsumeQueueStore.replace`, which cleanup passes never race (they skip a queue
+that is no longer the current one: its file paths are now the rebuilt queue's).
+
 Thread-safety: one writer (the reput thread) and many readers; the table of queues is
 guarded by a lock, each queue documents its own rules (``consume_queue.py``).
 """

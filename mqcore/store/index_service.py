@@ -20,6 +20,11 @@ RocketMQ flushes the full file on a helper thread instead; here it costs one msy
 ~420 MB per 20,000,000 keys on the reput thread, in exchange for no thread and an ordering that
 is easy to see: the checkpoint never names an index file that is not on disk.
 
+Damage: a file that does not open (its size is wrong for the dimensions: cut short; a header
+past them) is noted in ``damaged_files`` and moved to ``rebuild/trash`` by :meth:`load`, which
+goes on with the others; the start check (``derived_start.py``, ``derived_check.py``) finds
+the rest and has the whole index rebuilt beside, then swapped in (``index_build``).
+
 Crash behaviour: index files are derived, rebuilt not checksummed. After an abnormal exit,
 ``load`` destroys every file whose end timestamp is after the checkpoint's ``indexMsgTimestamp``;
 recovery re-dispatches the CommitLog from before that time and ``build_index`` skips messages

@@ -1,12 +1,20 @@
 """Passes 2 and 3 of the offline check (``verify.py``): derived files against the CommitLog.
 
+* Rebuilds: side files, a job or a swap journal left in ``<root>/rebuild`` (``rebuild_dir``)
+  mean a rebuild is unfinished: the store is half built until the next start or
+  ``rebuildindex`` finishes it, so each is a defect (never "OK").
 * ConsumeQueues: units up to the first invalid one (spec 3.1). Each must point at a valid
   record of its own topic and queue, with the record's size, QUEUEOFFSET and tag code; phys
-  offsets strictly increase; only zeros follow the end. Every record the CommitLog pass
-  counted must have its unit (after a crash, missing units are only noted: the next start
-  dispatches them).
-* IndexFiles: ``IndexService.check`` (headers, slot chains), then every entry must point at a
-  valid record one of whose keys (``UNIQ_KEY``, ``KEYS``, spec 4.4) has the entry's hash, with
+  offsets strictly increase; only zeros follow the end. Blank units after real ones are the
+  offsets of records missing from the CommitLog (a note). Every record the CommitLog pass
+  counted must have its unit: a record missing below its queue's end is a hole (a defect
+  whatever the exit); after a crash, records past the end are only noted (the next start
+  dispatches them), unless the queue's directory is gone though the queue offset snapshot
+  (``queue_snapshot.py``) knew its files. After a clean exit each queue must also reach the
+  next offset its snapshot gives, unless its records all expired.
+* IndexFiles: files that do not open (cut short, a header past the dimensions), then
+  ``IndexService.check`` (headers, slot chains), then every entry must point at a valid
+  record one of whose keys (``UNIQ_KEY``, ``KEYS``, spec 4.4) has the entry's hash, with
   the time_diff its store time gives (entry 1 excepted: RocketMQ computes it against the
   previous file's end, spec 4.5).
 
@@ -277,8 +285,13 @@ class _QueuePass:
     def _check_coverage(self, infos: list[QueueInfo]) -> None:
         """Every record of a queue has its unit at its queue offset. After a crash, records
         past the queue's end may wait for the next start to dispatch them (a note); a record
-        missing below the end is a hole (a defect) whatever the exit."""
+        missing below the end is a hole, and a queue whose directory is gone though the
+        queue offset snapshot knew its files (``queue_snapshot.py``) is lost: both are
+        defects whatever the exit. After a clean exit, each queue also reaches the next
+        offset its snapshot gives, unless its records all expired."""
         found = {(q.topic, q.queue_id): q for q in infos}
+        snapshot = self._snapshot()
+        known = snapshot.entries if snapshot is not None else {}
         reported: set[tuple[str, int]] = set()
         for (topic, queue_id), tally in sorted(self.tallies.items()):
             queue = found.get((topic, queue_id))
@@ -295,26 +308,38 @@ class _QueuePass:
                 f"{tally.last_queue_offset}, the queue ends at {end})"
             )
             at_tail = missing <= tally.last_queue_offset + 1 - end
+            entry = known.get((topic, queue_id))
+            lost = (
+                queue is None
+                and snapshot is not None
+                and entry is not None
+                and self.reader.min_offset < entry.last_phys_end < snapshot.log_offset
+            )
             reported.add((topic, queue_id))
             if self.findings.last_exit_ok or not at_tail:
                 self.findings.defect(text)
+            elif lost:
+                self.findings.defect(text + "; its directory is gone (the next start rebuilds it)")
             else:
                 self.findings.notes.append(text + "; the next start dispatches them")
-        self._check_snapshot(found, reported)
+        if snapshot is not None and self.findings.last_exit_ok:
+            self._check_snapshot(snapshot, found, reported)
 
-    def _check_snapshot(
-        self, found: dict[tuple[str, int], QueueInfo], reported: set[tuple[str, int]]
-    ) -> None:
-        """After a clean exit, each queue reaches the next offset its queue offset snapshot
-        gives (``queue_snapshot.py``), unless its records all expired."""
+    def _snapshot(self) -> queue_snapshot.QueueOffsetSnapshot | None:
         snapshot = queue_snapshot.read(self.directory.parent)
-        if snapshot is None or not self.findings.last_exit_ok:
-            return
-        if snapshot.log_offset > self.reader.end_offset:
+        if snapshot is not None and snapshot.log_offset > self.reader.end_offset:
             self.findings.notes.append(
                 f"queue offset snapshot taken at {snapshot.log_offset}, past the CommitLog end"
             )
-            return
+            return None
+        return snapshot
+
+    def _check_snapshot(
+        self,
+        snapshot: queue_snapshot.QueueOffsetSnapshot,
+        found: dict[tuple[str, int], QueueInfo],
+        reported: set[tuple[str, int]],
+    ) -> None:
         for (topic, queue_id), entry in sorted(snapshot.entries.items()):
             queue = found.get((topic, queue_id))
             end = queue.max_offset if queue else 0
