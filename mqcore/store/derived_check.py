@@ -2,14 +2,18 @@
 
 Run by every writer's open after recovery (``derived_start.py``); read-only. A queue or the
 index that fails is *damaged* and gets rebuilt from the CommitLog in the background. The cost
-is bounded whatever the store's size, by two budgets shared by the whole store:
+is bounded whatever the store's size, by budgets each check (the queues, the index) has for
+the whole store:
 
 * ``STRUCTURE_BUDGET_BYTES`` of files read whole and checked with numpy (no record read),
-  newest files first. Every file gets at least its ends.
-* ``RECORD_BUDGET`` record reads (~3 us each: about 0.2 s). A store with fewer units (or
-  entries) than that has every one checked against its record; a bigger one has the budget
-  shared between the queues (the index files), each getting its last unit and units spread
-  over every file.
+  newest files first.
+* ``RECORD_BUDGET`` record reads, and ``TIME_BUDGET_S`` for them. A store with fewer units
+  (or entries) than that has every one checked against its record (a test store: about
+  0.05 s); a bigger one has the reads shared between the queues (the index files), spread
+  over every file, until the time is up. Every queue's last unit and every index file's
+  newest entry are checked whatever is left: the start costs at most the budgets plus a
+  few reads per queue and per file (1,000,000 messages in 8 queues, default file sizes:
+  ~0.7 s of check on the loaded CI box, where the same open spends 7-14 s in recovery).
 
 ConsumeQueue, per file then per sampled unit (the first finding names the damage):
 
@@ -34,8 +38,9 @@ Units and entries pointing below the CommitLog's first segment are expired, not 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -49,10 +54,15 @@ from mqcore.store.verify_derived import RecordReader, entry_problems, unit_probl
 
 log = logging.getLogger(__name__)
 
-#: Bytes of ConsumeQueue and IndexFile read whole for the numpy checks, over the store.
-STRUCTURE_BUDGET_BYTES = 64 * 1024 * 1024
-#: Records read to check units and entries, over the store (each: ~3 us).
+#: Bytes of ConsumeQueue (of IndexFile) read whole for the numpy checks, over the store: a
+#: 16 MiB file of units or entries takes ~0.1-0.4 s on the shared CI box.
+STRUCTURE_BUDGET_BYTES = 16 * 1024 * 1024
+#: Records read to check units (entries), over the store.
 RECORD_BUDGET = 65_536
+#: Time the sampled reads of the ConsumeQueues (of the index) may take, whatever is left of
+#: the record budget: a unit check costs 3-25 us, an entry check 10-100 us, depending on the
+#: machine's load and what is in the page cache.
+TIME_BUDGET_S = 0.3
 #: A sampled entry whose slot chain is longer than this before reaching it is not judged.
 CHAIN_STEPS = 256
 
@@ -61,13 +71,18 @@ type _Ints = npt.NDArray[np.int64]
 
 @dataclass
 class Budget:
-    """What is left of the two budgets (module docstring)."""
+    """What is left of the budgets (module docstring) of one check (queues or index)."""
 
     structure_bytes: int = STRUCTURE_BUDGET_BYTES
     records: int = RECORD_BUDGET
+    deadline: float = field(default_factory=lambda: time.monotonic() + TIME_BUDGET_S)
+
+    def spent(self) -> bool:
+        """No more sampled reads: the record budget or the time is used up."""
+        return self.records <= 0 or time.monotonic() >= self.deadline
 
     def take_structure(self, size: int) -> bool:
-        if size > self.structure_bytes:
+        if size > self.structure_bytes or time.monotonic() >= self.deadline:
             return False
         self.structure_bytes -= size
         return True
@@ -189,11 +204,15 @@ def _check_records(
     units: npt.NDArray[np.void] | None,
     share: int,
 ) -> str:
-    mapped = queue.segments.files[index]
+    files = queue.segments.files
+    mapped = files[index]
     first_offset = mapped.base_offset // CQ_UNIT_SIZE
     count = mapped.wrote_position // CQ_UNIT_SIZE
-    positions = spread(count, min(share, max(budget.records, 2)))
+    last = count - 1 if mapped is files[-1] else -1  # the queue's last unit: always checked
+    positions = spread(count, min(share, max(budget.records, 1)))
     for pos in positions:
+        if pos != last and budget.spent():
+            continue
         offset = first_offset + pos
         if units is not None:
             phys, size, tags = (int(units[pos][f]) for f in ("phys_offset", "size", "tags_code"))
@@ -305,7 +324,10 @@ def check_index_file(
         problem = index_structure_problem(f)
         if problem:
             return problem
-    for index in (1 + p for p in spread(f.index_count - 1, min(share, max(budget.records, 2)))):
+    newest = f.index_count - 1  # always checked
+    for index in (1 + p for p in spread(newest, min(share, max(budget.records, 1)))):
+        if index != newest and budget.spent():
+            continue
         entry = f.entry(index)
         budget.records -= 1
         record = reader.at(entry.phys_offset)

@@ -38,6 +38,7 @@ from mqcore.store import derived_check, queue_snapshot, rebuild_dir
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.format import DispatchRequest
 from mqcore.store.queue_snapshot import QueueEntry, QueueOffsetSnapshot
+from mqcore.store.record_layout import TRANSACTION_ROLLBACK_TYPE
 from mqcore.store.verify_derived import RecordReader, takes_unit
 
 if TYPE_CHECKING:
@@ -204,7 +205,12 @@ def set_queue_offsets(
 
 
 def _keyed(record: DispatchRequest | str | None) -> bool:
-    return isinstance(record, DispatchRequest) and bool(record.uniq_key or record.keys)
+    """Whether the index holds keys of ``record`` (a rolled-back transaction's it does not)."""
+    return (
+        isinstance(record, DispatchRequest)
+        and bool(record.uniq_key or record.keys)
+        and record.sys_flag & TRANSACTION_ROLLBACK_TYPE != TRANSACTION_ROLLBACK_TYPE
+    )
 
 
 def index_coverage_problem(store: MessageStore, end: int) -> str:
@@ -223,6 +229,13 @@ def index_coverage_problem(store: MessageStore, end: int) -> str:
         (unit.phys_offset for q in _all_queues(store) if (unit := q.last_unit()) is not None),
         default=-1,
     )
+    for older, newer in zip(files, files[1:], strict=False):
+        gap = _first_keyed_between(store, older.end_phys_offset, newer.begin_phys_offset)
+        if gap is not None:
+            return (
+                f"no index file holds the keyed record at phys {gap}, between "
+                f"{older.name} and {newer.name}"
+            )
     dispatched = newest < store.reput_offset  # a worker's reput may not have indexed it yet
     if dispatched and newest > files[-1].end_phys_offset and _keyed(reader.at(newest)):
         return (
@@ -230,6 +243,17 @@ def index_coverage_problem(store: MessageStore, end: int) -> str:
             f"at {newest}"
         )
     return ""
+
+
+def _first_keyed_between(store: MessageStore, after: int, before: int) -> int | None:
+    """The record following the one at ``after``, if it lies before ``before`` and has keys
+    (an index file ends at its last record and the next file begins at the next keyed one:
+    one in between means a file is missing)."""
+    walk = store.commit_log.iter_dispatch(after, before, 64 * 1024, store.delay_levels_ms)
+    for item in walk:
+        if isinstance(item, DispatchRequest) and item.phys_offset > after:
+            return item.phys_offset if _keyed(item) else None
+    return None
 
 
 def _all_queues(store: MessageStore) -> list[ConsumeQueue]:
@@ -274,13 +298,16 @@ def save_snapshot(store: MessageStore) -> None:
     writer calls it (standalone or broker role): now and then while it runs (the snapshot
     service, ``mqcore.services.inline``), after open and at a clean close.
 
-    Raises:
-        OSError: the write failed (the previous snapshot stays).
+    A failed write (a full disk) is logged: the previous snapshot stays, and is still
+    true (offsets only grow).
     """
     previous = store.queue_snapshot
-    store.queue_snapshot = queue_snapshot.write_if_changed(
-        store.root, lambda: snapshot_of(store, previous), previous
-    )
+    try:
+        store.queue_snapshot = queue_snapshot.write_if_changed(
+            store.root, lambda: snapshot_of(store, previous), previous
+        )
+    except OSError as exc:  # a full disk: the previous snapshot stays, still true
+        log.error("%s: the queue offset snapshot could not be written: %s", store.root, exc)
 
 
 def settle_attached(store: MessageStore, end: int) -> None:
@@ -342,23 +369,27 @@ def record_damage(store: MessageStore, damaged: dict[QueueKey, str], index: str)
         )
     if index:
         log.error("the index is damaged: %s; rebuilding it from the CommitLog", index)
-        rebuild_dir.write_json_atomically(
-            rebuild_dir.rebuild_dir(store.root) / rebuild_dir.INDEX_REQUEST,
-            {"reason": index, "requested_ms": store.clock.now_ms()},
-        )
-    if damaged:
-        rebuild_dir.save_queue_job(
-            store.root,
-            {
-                "state": "building",
-                "scope": "queues",
-                "queues": [
-                    {"topic": t, "queue_id": q, "reason": why}
-                    for (t, q), why in sorted(damaged.items())
-                ],
-                "started_ms": store.clock.now_ms(),
-            },
-        )
+    try:
+        if index:
+            rebuild_dir.write_json_atomically(
+                rebuild_dir.rebuild_dir(store.root) / rebuild_dir.INDEX_REQUEST,
+                {"reason": index, "requested_ms": store.clock.now_ms()},
+            )
+        if damaged:
+            rebuild_dir.save_queue_job(
+                store.root,
+                {
+                    "state": "building",
+                    "scope": "queues",
+                    "queues": [
+                        {"topic": t, "queue_id": q, "reason": why}
+                        for (t, q), why in sorted(damaged.items())
+                    ],
+                    "started_ms": store.clock.now_ms(),
+                },
+            )
+    except OSError as exc:  # a full disk: the store opens; the next start finds it again
+        log.error("%s: the rebuild could not be scheduled: %s", store.root, exc)
     show_condition(store, 0.0)
 
 

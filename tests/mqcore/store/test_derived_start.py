@@ -156,7 +156,9 @@ def test_a_queue_whose_records_all_expired_is_not_damaged(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    "damage", ["cut", "deleted", "slot"], ids=["cut-short", "deleted-dir", "flipped-slot"]
+    "damage",
+    ["cut", "deleted", "slot", "middle"],
+    ids=["cut-short", "deleted-dir", "flipped-slot", "middle-file-lost"],
 )
 def test_a_damaged_index_is_noted_and_its_rebuild_requested(tmp_path: Path, damage: str) -> None:
     fill(tmp_path)
@@ -165,6 +167,8 @@ def test_a_damaged_index_is_noted_and_its_rebuild_requested(tmp_path: Path, dama
         os.truncate(files[0], 1000)
     elif damage == "deleted":
         shutil.rmtree(tmp_path / "index")
+    elif damage == "middle":
+        files[1].unlink()
     else:
         with open(files[0], "r+b") as f:
             f.seek(40 + 4 * 5 + 3)
