@@ -161,8 +161,9 @@ def damaged_queues(
         for key, entry in snapshot.entries.items():
             if not 0 <= entry.last_phys_end <= min_offset:  # else every record expired
                 expected[key] = (entry.next_offset, "the queue offset snapshot")
+    gone = {k for k, e in (snapshot.entries.items() if snapshot else ()) if e.last_phys_end == 0}
     for key, next_offset in scan.next_offsets.items():
-        if next_offset > expected.get(key, (0, ""))[0]:
+        if key not in gone and next_offset > expected.get(key, (0, ""))[0]:
             expected[key] = (next_offset, "the CommitLog")
     for key, (next_offset, witness) in sorted(expected.items()):
         queue = store.queues.get(*key)
@@ -442,11 +443,21 @@ def snapshot_of(store: MessageStore, previous: QueueOffsetSnapshot | None) -> Qu
 
 
 def forget_topic(store: MessageStore, topic: str) -> None:
-    """A topic was deleted: its queues leave the offset table, the snapshot and the rebuild
-    (its records stay in the CommitLog until cleanup; they must not be rebuilt into it)."""
-    with store.commit_log.put_lock:
-        for key in [k for k in store.commit_log.queue_offsets if k[0] == topic]:
-            del store.commit_log.queue_offsets[key]
+    """A topic was deleted: it leaves the rebuild, and the snapshot marks it deleted
+    (``queue_snapshot.mark_deleted``: its records stay in the CommitLog until cleanup and
+    must not be rebuilt into a queue). Its next offsets stay: a topic created again under
+    the name goes on from them, never handing out an offset twice."""
     store.rebuilding_queues = {k: v for k, v in store.rebuilding_queues.items() if k[0] != topic}
+    with store.commit_log.put_lock:
+        offsets = {k: n for k, n in store.commit_log.queue_offsets.items() if k[0] == topic}
+    previous = store.queue_snapshot or QueueOffsetSnapshot(0)
+    entries = {**previous.entries, **{key: QueueEntry(n) for key, n in offsets.items()}}
+    # The next snapshots carry the mark (snapshot_of takes it from the previous one).
+    store.queue_snapshot = queue_snapshot.deleted_topic(
+        QueueOffsetSnapshot(previous.log_offset, entries), topic
+    )
     if not store.readonly:
-        queue_snapshot.forget_topic(store.root, topic)
+        try:
+            queue_snapshot.mark_deleted(store.root, topic)
+        except OSError as exc:
+            log.error("%s: the queue offset snapshot could not be updated: %s", store.root, exc)

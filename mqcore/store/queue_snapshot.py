@@ -42,8 +42,9 @@ Invariants:
 Crash behaviour: written like the checkpoint (``queue_offsets.tmp``, fsync, rename, fsync the
 directory), so the file is always a whole old or a whole new snapshot; the CRC catches a
 damaged one, which is then ignored (the ConsumeQueues alone decide, as before this file
-existed) and rewritten at the next snapshot. Deleting a topic removes its entries (a deleted
-topic must not be taken for a lost ConsumeQueue and rebuilt).
+existed) and rewritten at the next snapshot. Deleting a topic marks its entries as expired
+(``last_phys_end`` 0): a deleted topic must not be taken for a lost ConsumeQueue and rebuilt,
+and a topic created again under its name goes on from its offsets, after a restart too.
 """
 
 from __future__ import annotations
@@ -192,8 +193,11 @@ def _write_locked(root: Path, snapshot: QueueOffsetSnapshot) -> None:
     fsync_directory(root)
 
 
-def forget_topic(root: str | os.PathLike[str], topic: str) -> None:
-    """Remove ``topic``'s entries (the topic was deleted). Thread-safe with :func:`write`.
+def mark_deleted(root: str | os.PathLike[str], topic: str) -> None:
+    """``topic`` was deleted: its entries keep their next offsets (a topic created again
+    under the name goes on from them) but say ``last_phys_end`` 0, like a queue whose
+    records all expired, so that its missing files are not taken for lost ones and rebuilt
+    (which would bring the deleted messages back). Thread-safe with :func:`write`.
 
     Raises:
         OSError: the file could not be rewritten.
@@ -203,9 +207,20 @@ def forget_topic(root: str | os.PathLike[str], topic: str) -> None:
         snapshot = read(root)
         if snapshot is None:
             return
-        kept = {key: e for key, e in snapshot.entries.items() if key[0] != topic}
-        if len(kept) != len(snapshot.entries):
-            _write_locked(root, QueueOffsetSnapshot(snapshot.log_offset, kept))
+        marked = deleted_topic(snapshot, topic)
+        if marked != snapshot:
+            _write_locked(root, marked)
+
+
+def deleted_topic(snapshot: QueueOffsetSnapshot, topic: str) -> QueueOffsetSnapshot:
+    """``snapshot`` with ``topic``'s entries marked deleted (:func:`mark_deleted`)."""
+    return QueueOffsetSnapshot(
+        snapshot.log_offset,
+        {
+            key: QueueEntry(e.next_offset, 0) if key[0] == topic else e
+            for key, e in snapshot.entries.items()
+        },
+    )
 
 
 def write_if_changed(

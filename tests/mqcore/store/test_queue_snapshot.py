@@ -14,7 +14,7 @@ from mqcore.store.queue_snapshot import (
     SNAPSHOT_HEADER,
     QueueEntry,
     QueueOffsetSnapshot,
-    forget_topic,
+    mark_deleted,
     read,
     write,
     write_if_changed,
@@ -74,10 +74,17 @@ def test_a_leftover_temp_file_is_ignored_and_replaced(tmp_path: Path) -> None:
     assert read(tmp_path) == QueueOffsetSnapshot(1)
 
 
-def test_forget_topic(tmp_path: Path) -> None:
+def test_mark_deleted(tmp_path: Path) -> None:
     write(tmp_path, sample())
-    forget_topic(tmp_path, "Orders")
-    assert read(tmp_path) == QueueOffsetSnapshot(12_345, {("日本", 1): QueueEntry(7, 100)})
+    mark_deleted(tmp_path, "Orders")
+    assert read(tmp_path) == QueueOffsetSnapshot(
+        12_345,
+        {
+            ("Orders", 0): QueueEntry(10, 0),
+            ("Orders", 3): QueueEntry(2**40, 0),
+            ("日本", 1): QueueEntry(7, 100),
+        },
+    )
 
 
 def test_write_if_changed_skips_an_equal_snapshot(tmp_path: Path) -> None:
@@ -90,8 +97,8 @@ def test_write_if_changed_skips_an_equal_snapshot(tmp_path: Path) -> None:
     assert (tmp_path / FILE_NAME).stat().st_mtime_ns >= mtime
 
 
-def test_a_forget_is_never_undone_by_a_concurrent_write(tmp_path: Path) -> None:
-    """The file lock orders a snapshot write and a topic's removal."""
+def test_a_deletion_is_never_undone_by_a_concurrent_write(tmp_path: Path) -> None:
+    """The file lock orders a snapshot write and a topic's deletion."""
     write(tmp_path, sample())
     gate = threading.Event()
 
@@ -101,16 +108,16 @@ def test_a_forget_is_never_undone_by_a_concurrent_write(tmp_path: Path) -> None:
 
     writer = threading.Thread(target=write_if_changed, args=(tmp_path, slow_take, None))
     writer.start()
-    forgetter = threading.Thread(target=forget_topic, args=(tmp_path, "Orders"))
+    forgetter = threading.Thread(target=mark_deleted, args=(tmp_path, "Orders"))
     forgetter.start()
     gate.set()
     writer.join()
     forgetter.join()
     snapshot = read(tmp_path)
-    assert snapshot is not None and ("Orders", 0) not in snapshot.entries
+    assert snapshot is not None and snapshot.entries[("Orders", 0)].last_phys_end == 0
 
 
-def test_the_store_keeps_it_at_close_and_a_deleted_topic_leaves_it(tmp_path: Path) -> None:
+def test_the_store_keeps_it_at_close_and_marks_a_deleted_topic(tmp_path: Path) -> None:
     with MessageStore(tmp_path, SMALL) as store:
         for i in range(30):
             assert store.put_message(Message("Orders", b"x"), i % 3).ok
@@ -118,7 +125,6 @@ def test_the_store_keeps_it_at_close_and_a_deleted_topic_leaves_it(tmp_path: Pat
         end = store.commit_log.max_offset
         store.dispatch_until_caught_up()
         assert store.queues.delete_topic("Gone")
-        assert ("Gone", 0) not in store.commit_log.queue_offsets
     snapshot = read(tmp_path)
     assert snapshot is not None
     assert snapshot.log_offset == end
@@ -126,5 +132,11 @@ def test_the_store_keeps_it_at_close_and_a_deleted_topic_leaves_it(tmp_path: Pat
         ("Orders", 0): 10,
         ("Orders", 1): 10,
         ("Orders", 2): 10,
+        ("Gone", 0): 30,
     }
-    assert all(e.last_phys_end > 0 for e in snapshot.entries.values())
+    assert snapshot.entries[("Gone", 0)].last_phys_end == 0
+    assert all(snapshot.entries[("Orders", q)].last_phys_end > 0 for q in range(3))
+    with MessageStore(tmp_path, SMALL) as store:  # not rebuilt; created again, it goes on
+        assert store.rebuilding_queues == {}
+        assert store.queues.get("Gone", 0) is None
+        assert store.put_message(Message("Gone", b"z"), 0).queue_offset == 30
