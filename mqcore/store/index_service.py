@@ -308,7 +308,7 @@ class IndexService:
                 path, self._hash_slots, self._max_entries, readonly=self._readonly
             )
         except CorruptIndexError as exc:
-            self.damaged_files.append((name, str(exc)))
+            self.damaged_files.append((name, str(exc).removeprefix(f"{path}: ")))
             log.error("index file %s is damaged: %s", name, exc)
             if not self._readonly:
                 moved = rebuild_dir.set_aside(self._root, Path(path))

@@ -191,6 +191,11 @@ class _QueuePass:
             except StoreError as exc:
                 self.findings.defect(f"consumequeue/{topic}/{queue_id}: {exc}")
                 continue
+            for path, length in queue.segments.extended_files:
+                self.findings.defect(
+                    f"consumequeue/{topic}/{queue_id}/{path.name}: cut short, {length} bytes of "
+                    f"{self.file_size} (the next start rebuilds the queue)"
+                )
             try:
                 info = self._check_queue(queue)
             finally:
@@ -229,8 +234,9 @@ class _QueuePass:
         state = _QueueState(info, name)
         for mapped in files:
             buf = mapped.buffer
-            for pos in range(0, mapped.file_size, _UNIT_CHUNK_BYTES):
-                data = buf[pos : pos + _UNIT_CHUNK_BYTES]
+            whole = mapped.file_size - mapped.file_size % CQ_UNIT_SIZE  # a cut file: its units
+            for pos in range(0, whole, _UNIT_CHUNK_BYTES):
+                data = buf[pos : min(pos + _UNIT_CHUNK_BYTES, whole)]
                 first = (mapped.base_offset + pos) // CQ_UNIT_SIZE
                 if state.ended:
                     state.after_end(data)

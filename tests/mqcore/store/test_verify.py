@@ -358,3 +358,26 @@ def test_index_geometry_defaults_and_given_values(tmp_path: Path) -> None:
     assert g.index_max_entries == (index_file_size(5_000_000, 20_000_000) - 40 - 4_000_000) // 20
     with pytest.raises(ValidationError):
         infer_geometry(tmp_path, index_max_entries=21_000_000)
+
+
+def test_cut_short_queue_and_index_files_are_defects(
+    good_store: tuple[Path, Oracle], tmp_path: Path
+) -> None:
+    """And the index geometry still comes from the other files."""
+    root = copy_store(good_store[0], tmp_path)
+    index = sorted((root / "index").iterdir())
+    os.truncate(index[0], 1000)
+    queue = sorted((root / "consumequeue" / "orders" / "1").iterdir())[0]
+    os.truncate(queue, 333)
+    geometry = infer_geometry(root)
+    assert (geometry.index_hash_slots, geometry.index_max_entries) == (7, 120)
+    report = check(root)
+    size = index_file_size(7, 120)
+    cut = (
+        f"consumequeue/orders/1/{queue.name}: cut short, 333 bytes of 2000 (the next start "
+        "rebuilds the queue)"
+    )
+    assert cut in report.defects
+    assert f"index/{index[0].name}: 1000 bytes, expected {size} for 7 slots x 120 entries" in (
+        report.defects
+    )
