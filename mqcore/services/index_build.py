@@ -58,7 +58,7 @@ from mqcore.errors import StoreError
 from mqcore.services import locks
 from mqcore.services.queue_build import pad_to
 from mqcore.services.result import StepResult
-from mqcore.store import derived_start, roles
+from mqcore.store import derived_start, offset_table, roles
 from mqcore.store import rebuild_dir as rebuild_dir_files
 from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.format import DispatchRequest
@@ -514,7 +514,7 @@ def _reload_rebuilt(store: MessageStore) -> None:
     queues = roles.new_queues(store, readonly=False)
     queues.load()
     queues.recover_all()
-    queues.on_topic_deleted = lambda topic: derived_start.forget_topic(store, topic)
+    queues.on_topic_deleted = lambda topic: offset_table.forget_topic(store, topic)
     index = roles.new_index(store, readonly=False)
     index.load(True, 0)
     store.queues, store.index = queues, index
@@ -538,5 +538,5 @@ def _reload_rebuilt(store: MessageStore) -> None:
     files = index.files
     store.checkpoint.index_msg_timestamp = files[-2].end_timestamp if len(files) >= 2 else 0
     store.checkpoint.flush()
-    derived_start.save_snapshot(store)
+    offset_table.save_snapshot(store)
     derived_start.show_condition(store, 1.0)

@@ -35,7 +35,7 @@ from mqcore.services.disk import DiskProbe, usage_ratio
 from mqcore.services.flush import FlushState
 from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
-from mqcore.store import derived_start
+from mqcore.store import offset_table
 from mqcore.store.progress import Slot
 from mqcore.store.roles import Role
 from mqcore.store.store import MessageStore
@@ -145,9 +145,9 @@ SNAPSHOT_INTERVAL_S = 1.0
 
 
 def snapshot_step(store: MessageStore) -> StepResult:
-    """Save the queue offset snapshot if the table changed (``derived_start.save_snapshot``)."""
+    """Save the queue offset snapshot if the table changed (``offset_table.save_snapshot``)."""
     before = store.queue_snapshot
-    derived_start.save_snapshot(store)
+    offset_table.save_snapshot(store)
     after = store.queue_snapshot
     return StepResult(
         "snapshot",

@@ -7,12 +7,12 @@ Around recovery (``MessageStore._load_and_recover``)::
                   were cut short, and keep going
     (recover)     recovery.py: the CommitLog end, torn tails, re-dispatch
     settle        1. the queue offset snapshot (queue_snapshot.py), if it is not past the
-                     recovered end, and a scan of the records after it
+                     recovered end, and a scan of the records after it (offset_table.py)
                   2. damaged queues: noted by load; left by an interrupted rebuild; missing or
                      ending below the snapshot or below a record of the scan; failing the
                      sampled check (derived_check.py)
-                  3. the next queue offsets: max(ConsumeQueue ends of healthy queues,
-                     snapshot, scan), so a lost queue never restarts at 0
+                  3. the next queue offsets (offset_table.py): max(ConsumeQueue ends of
+                     healthy queues, snapshot, scan), so a lost queue never restarts at 0
                   4. a damaged index: files that did not load, an interrupted rebuild, a gap
                      in its coverage of the CommitLog, the sampled check
                   5. recorded: puts to damaged queues refused (``rebuilding_queues``), the
@@ -23,23 +23,30 @@ Around recovery (``MessageStore._load_and_recover``)::
 Cost: the scan covers what was written after the last snapshot (nothing after a clean
 close; about a second of writes after a crash); the sampled check has fixed budgets.
 
-Crash behaviour: nothing here changes a file but the job file, written atomically; killed
-during the open, the next open finds the same damage again (and the job file).
+While a queue is rebuilt, :func:`refused_puts` answers the puts to it (the put path calls it
+only while ``rebuilding_queues`` is not empty: one dict test per batch otherwise).
+
+Crash behaviour: nothing here changes a file but the job files and the snapshot, each
+written atomically; killed during the open, the next open finds the same damage again (and
+the job files).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from mqcore.store import derived_check, queue_snapshot, rebuild_dir
+from mqcore.message import Message
+from mqcore.store import derived_check, offset_table, rebuild_dir
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.format import DispatchRequest
-from mqcore.store.queue_snapshot import QueueEntry, QueueOffsetSnapshot
+from mqcore.store.queue_snapshot import QueueOffsetSnapshot
 from mqcore.store.record_layout import TRANSACTION_ROLLBACK_TYPE
-from mqcore.store.verify_derived import RecordReader, takes_unit
+from mqcore.store.results import PutResult, PutStatus, RefusedPut
+from mqcore.store.verify_derived import RecordReader
 
 if TYPE_CHECKING:
     from mqcore.store.store import MessageStore
@@ -69,39 +76,6 @@ def before_load(store: MessageStore) -> None:
         (side / rebuild_dir.QUEUES_JOB).unlink(missing_ok=True)
 
 
-def usable_snapshot(store: MessageStore, end: int) -> QueueOffsetSnapshot | None:
-    """The queue offset snapshot, unless it was taken past the recovered end ``end``."""
-    snapshot = queue_snapshot.read(store.root)
-    if snapshot is not None and snapshot.log_offset > end:
-        log.warning(
-            "queue offset snapshot taken at CommitLog offset %d, past the recovered end %d "
-            "(the tail was lost): not used",
-            snapshot.log_offset,
-            end,
-        )
-        return None
-    return snapshot
-
-
-class Scan(NamedTuple):
-    """Each queue's records in a range of the CommitLog: one past the highest queue offset,
-    and the lowest."""
-
-    next_offsets: dict[QueueKey, int]
-    first_offsets: dict[QueueKey, int]
-
-
-def scan_after(store: MessageStore, begin: int, end: int) -> Scan:
-    """The queues' records in ``[begin, end)`` (:class:`Scan`)."""
-    scan = Scan({}, {})
-    for item in store.commit_log.iter_dispatch(begin, end, 1 << 62, store.delay_levels_ms):
-        if isinstance(item, DispatchRequest) and takes_unit(item.sys_flag):
-            key = (item.topic, item.queue_id)
-            scan.next_offsets[key] = max(scan.next_offsets.get(key, 0), item.queue_offset + 1)
-            scan.first_offsets.setdefault(key, item.queue_offset)
-    return scan
-
-
 def _interrupted_queues(store: MessageStore) -> dict[QueueKey, str]:
     job = rebuild_dir.load_queue_job(store.root)
     if job is None or job.get("state") == "installed" or job.get("scope") == "all":
@@ -117,7 +91,7 @@ def _interrupted_queues(store: MessageStore) -> dict[QueueKey, str]:
 
 
 def _missing_at_start(
-    store: MessageStore, snapshot: QueueOffsetSnapshot | None, scan: Scan
+    store: MessageStore, snapshot: QueueOffsetSnapshot | None, scan: offset_table.Scan
 ) -> dict[QueueKey, str]:
     """Queues with records but no files when the store was loaded. Recovery may have
     dispatched some of their records since (after a crash) into a queue pre-filled with
@@ -144,7 +118,7 @@ def _missing_at_start(
 def damaged_queues(
     store: MessageStore,
     snapshot: QueueOffsetSnapshot | None,
-    scan: Scan,
+    scan: offset_table.Scan,
     end: int,
     *,
     compare_ends: bool = True,
@@ -181,28 +155,6 @@ def damaged_queues(
     ]
     damaged.update(derived_check.check_queues(healthy, store.commit_log, end))
     return damaged
-
-
-def set_queue_offsets(
-    store: MessageStore,
-    snapshot: QueueOffsetSnapshot | None,
-    scan: Scan,
-    damaged: dict[QueueKey, str],
-) -> None:
-    """The next queue offset table (module docstring, step 3). Offsets never go back: a
-    damaged queue's own end counts only where no snapshot entry speaks for it."""
-    table = store.commit_log.queue_offsets
-    table.clear()
-    known = snapshot.entries if snapshot is not None else {}
-    for topic in store.queues.topics():
-        for queue_id, queue in store.queues.queues(topic).items():
-            key = (topic, queue_id)
-            if key not in damaged or key not in known:
-                table[key] = queue.max_offset
-    for key, entry in known.items():
-        table[key] = max(table.get(key, 0), entry.next_offset)
-    for key, next_offset in scan.next_offsets.items():
-        table[key] = max(table.get(key, 0), next_offset)
 
 
 def _keyed(record: DispatchRequest | str | None) -> bool:
@@ -284,31 +236,14 @@ def settle(store: MessageStore) -> None:
     """Steps 1 to 5 of the module docstring, after recovery (``store.reput_offset`` is the
     recovered end). Standalone writer only."""
     end = store.reput_offset
-    snapshot = usable_snapshot(store, end)
+    snapshot = offset_table.usable_snapshot(store, end)
     begin = snapshot.log_offset if snapshot is not None else end
-    scan = scan_after(store, max(begin, store.commit_log.min_offset), end)
+    scan = offset_table.scan_after(store, max(begin, store.commit_log.min_offset), end)
     damaged = damaged_queues(store, snapshot, scan, end)
-    set_queue_offsets(store, snapshot, scan, damaged)
+    offset_table.set_queue_offsets(store, snapshot, scan, damaged)
     record_damage(store, damaged, index_damage(store, end))
     store.queue_snapshot = snapshot
-    save_snapshot(store)
-
-
-def save_snapshot(store: MessageStore) -> None:
-    """Write the queue offset snapshot if the table changed since the last one. The CommitLog
-    writer calls it (standalone or broker role): now and then while it runs (the snapshot
-    service, ``mqcore.services.inline``), after open and at a clean close.
-
-    A failed write (a full disk) is logged: the previous snapshot stays, and is still
-    true (offsets only grow).
-    """
-    previous = store.queue_snapshot
-    try:
-        store.queue_snapshot = queue_snapshot.write_if_changed(
-            store.root, lambda: snapshot_of(store, previous), previous
-        )
-    except OSError as exc:  # a full disk: the previous snapshot stays, still true
-        log.error("%s: the queue offset snapshot could not be written: %s", store.root, exc)
+    offset_table.save_snapshot(store)
 
 
 def settle_attached(store: MessageStore, end: int) -> None:
@@ -316,9 +251,11 @@ def settle_attached(store: MessageStore, end: int) -> None:
     broker owns the offset table): the damage only. The snapshot is compared when every
     record it counts is dispatched already (``store.reput_offset`` is where dispatch
     restarts); the records after are dispatched by the worker's reput."""
-    snapshot = usable_snapshot(store, end)
+    snapshot = offset_table.usable_snapshot(store, end)
     dispatched = snapshot is not None and snapshot.log_offset <= store.reput_offset
-    damaged = damaged_queues(store, snapshot, Scan({}, {}), end, compare_ends=dispatched)
+    damaged = damaged_queues(
+        store, snapshot, offset_table.Scan({}, {}), end, compare_ends=dispatched
+    )
     record_damage(store, damaged, index_damage(store, end))
 
 
@@ -418,46 +355,17 @@ def show_condition(store: MessageStore, progress: float) -> None:
     )
 
 
-def snapshot_of(store: MessageStore, previous: QueueOffsetSnapshot | None) -> QueueOffsetSnapshot:
-    """The writer's queue offset table as a snapshot, taken under the put lock. A queue's
-    ``last_phys_end`` is its ConsumeQueue's (or an upper bound while the table is ahead of
-    it, or the previous snapshot's while it is rebuilt)."""
-    commit_log = store.commit_log
-    with commit_log.put_lock:
-        table = dict(commit_log.queue_offsets)
-        log_offset = commit_log.max_offset
-    rebuilding = store.rebuilding_queues
-    entries: dict[QueueKey, QueueEntry] = {}
-    for key, next_offset in table.items():
-        queue = store.queues.get(*key)
-        if queue is not None and key not in rebuilding:
-            last = queue.max_phys_offset
-            if next_offset > queue.max_offset:
-                last = max(last, log_offset)
-        elif previous is not None and key in previous.entries:
-            last = previous.entries[key].last_phys_end
-        else:
-            last = -1
-        entries[key] = QueueEntry(next_offset, last)
-    return QueueOffsetSnapshot(log_offset, entries)
-
-
-def forget_topic(store: MessageStore, topic: str) -> None:
-    """A topic was deleted: it leaves the rebuild, and the snapshot marks it deleted
-    (``queue_snapshot.mark_deleted``: its records stay in the CommitLog until cleanup and
-    must not be rebuilt into a queue). Its next offsets stay: a topic created again under
-    the name goes on from them, never handing out an offset twice."""
-    store.rebuilding_queues = {k: v for k, v in store.rebuilding_queues.items() if k[0] != topic}
-    with store.commit_log.put_lock:
-        offsets = {k: n for k, n in store.commit_log.queue_offsets.items() if k[0] == topic}
-    previous = store.queue_snapshot or QueueOffsetSnapshot(0)
-    entries = {**previous.entries, **{key: QueueEntry(n) for key, n in offsets.items()}}
-    # The next snapshots carry the mark (snapshot_of takes it from the previous one).
-    store.queue_snapshot = queue_snapshot.deleted_topic(
-        QueueOffsetSnapshot(previous.log_offset, entries), topic
-    )
-    if not store.readonly:
-        try:
-            queue_snapshot.mark_deleted(store.root, topic)
-        except OSError as exc:
-            log.error("%s: the queue offset snapshot could not be updated: %s", store.root, exc)
+def refused_puts(store: MessageStore, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
+    """Refusals (``SERVICE_NOT_AVAILABLE``, with the reason) when a message of ``msgs`` goes
+    to a queue whose ConsumeQueue is being rebuilt; else empty. The put path calls it only
+    while a rebuild runs (``MessageStore.rebuilding_queues`` is not empty)."""
+    for topic in {m.topic for m in msgs}:
+        why = store.rebuilding_queues.get((topic, queue_id))
+        if why is not None:
+            reason = (
+                f"queue {topic}/{queue_id} is being rebuilt from the CommitLog ({why}): "
+                "retry shortly"
+            )
+            status = PutStatus.SERVICE_NOT_AVAILABLE
+            return [RefusedPut(status, m.topic, queue_id, reason=reason) for m in msgs]
+    return []

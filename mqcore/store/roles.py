@@ -48,7 +48,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from mqcore.errors import CorruptIndexError
-from mqcore.store import derived_start
+from mqcore.store import derived_start, offset_table
 from mqcore.store.arrivals import arrivals_of_requests
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.consume_queue import ConsumeQueue
@@ -244,10 +244,10 @@ def open_broker(store: MessageStore, last_exit_ok: bool) -> None:
     store.reput_offset = max(min(limit, end), store.commit_log.min_offset)
     # The next queue offsets: what the ConsumeQueues hold, the queue offset snapshot (a lost
     # ConsumeQueue must not restart at 0), and the records after the older of the two.
-    snapshot = derived_start.usable_snapshot(store, end)
+    snapshot = offset_table.usable_snapshot(store, end)
     begin = store.reput_offset if snapshot is None else min(snapshot.log_offset, store.reput_offset)
-    scan = derived_start.scan_after(store, max(begin, store.commit_log.min_offset), end)
-    derived_start.set_queue_offsets(store, snapshot, scan, dict(store.queues.damaged))
+    scan = offset_table.scan_after(store, max(begin, store.commit_log.min_offset), end)
+    offset_table.set_queue_offsets(store, snapshot, scan, dict(store.queues.damaged))
     store.queue_snapshot = snapshot
     for slot in (Slot.CLEANUP_GENERATION, Slot.ATTACH_COUNT, Slot.INDEX_GENERATION):
         store.seen.setdefault(slot, progress.get(slot))

@@ -28,7 +28,14 @@ from types import TracebackType
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import StoreClosedError, ValidationError
 from mqcore.message import Message, MessageExt
-from mqcore.store import derived_start, dispatch_scan, dispatch_write, queries, roles
+from mqcore.store import (
+    derived_start,
+    dispatch_scan,
+    dispatch_write,
+    offset_table,
+    queries,
+    roles,
+)
 from mqcore.store.arrivals import ArrivalsListener
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.commit_log import CommitLog, PendingRecord
@@ -57,7 +64,6 @@ from mqcore.store.results import (
     GetResult,
     PutResult,
     PutStatus,
-    RefusedPut,
     new_put_result,
 )
 from mqcore.store.roles import Role
@@ -144,7 +150,7 @@ class MessageStore:
         self.queue_snapshot: QueueOffsetSnapshot | None = None
         #: Broker role: the rebuild job files' mtimes last read (``derived_start``).
         self.seen_rebuild: tuple[int, ...] = ()
-        self.queues.on_topic_deleted = lambda topic: derived_start.forget_topic(self, topic)
+        self.queues.on_topic_deleted = lambda topic: offset_table.forget_topic(self, topic)
         #: Problems (kept until acknowledged) and conditions of this store (``health.py``).
         self.health = StoreHealth(self.root, self.clock, readonly=readonly)
         self.reput_offset = 0
@@ -307,7 +313,7 @@ class MessageStore:
             self.index.flush()
             self._update_checkpoint_times()
             self.checkpoint.flush()
-            derived_start.save_snapshot(self)
+            offset_table.save_snapshot(self)
         caught_up = self.reput_offset >= self.commit_log.max_offset
         self._open = False
         roles.close_retired(self)
@@ -329,7 +335,7 @@ class MessageStore:
         if self.role == "broker":
             while self.commit_log.flush(0):
                 pass
-            derived_start.save_snapshot(self)
+            offset_table.save_snapshot(self)
             roles.publish_append(self)
             progress.set(Slot.WRITER_PID, 0)
             caught_up = (
@@ -399,7 +405,7 @@ class MessageStore:
         if not self.writable:
             log.debug("put refused: %s", self.unwritable_reason)
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, m.topic, queue_id) for m in msgs]
-        if self.rebuilding_queues and (refused := self._refused_rebuilding(msgs, queue_id)):
+        if self.rebuilding_queues and (refused := derived_start.refused_puts(self, msgs, queue_id)):
             return refused
         plain = self._put_plain(msgs, queue_id)
         return plain if plain is not None else self._put_general(msgs, queue_id)
@@ -419,22 +425,6 @@ class MessageStore:
             return self.put_batch(columns.to_messages(), queue_id)
         plain = self._put_plain(columns, queue_id)
         return plain if plain is not None else self._put_general(columns.to_messages(), queue_id)
-
-    def _refused_rebuilding(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
-        """Refusals (SERVICE_NOT_AVAILABLE, with the reason) if a message of ``msgs`` goes to
-        a queue whose ConsumeQueue is being rebuilt; else empty."""
-        for topic in {m.topic for m in msgs}:
-            why = self.rebuilding_queues.get((topic, queue_id))
-            if why is not None:
-                reason = (
-                    f"queue {topic}/{queue_id} is being rebuilt from the CommitLog ({why}); "
-                    "retry shortly"
-                )
-                return [
-                    RefusedPut(PutStatus.SERVICE_NOT_AVAILABLE, m.topic, queue_id, reason=reason)
-                    for m in msgs
-                ]
-        return []
 
     def _put_general(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
         """The general put path: a record and a PutResult object per message."""

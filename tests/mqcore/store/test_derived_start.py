@@ -103,9 +103,9 @@ def test_records_after_the_snapshot_count_after_a_crash(tmp_path: Path) -> None:
     try:
         put(store, 3 * PER_QUEUE)
         store.dispatch_until_caught_up()
-        from mqcore.store import derived_start
+        from mqcore.store import offset_table
 
-        derived_start.save_snapshot(store)
+        offset_table.save_snapshot(store)
         put(store, 30, start=3 * PER_QUEUE)
         store.dispatch_until_caught_up()
         crashed = tmp_path / "crashed"
