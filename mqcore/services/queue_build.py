@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mqcore.clock import Clock
+from mqcore.errors import StoreError
 from mqcore.services import locks
 from mqcore.services.result import StepResult
 from mqcore.store import derived_start, queue_snapshot, rebuild_dir, roles
@@ -175,7 +176,13 @@ def step(store: MessageStore, clock: Clock, *, max_bytes: int = DEFAULT_STEP_BYT
             return locks.skipped(store, LOCK)
         if "cursor" not in job:
             _begin(store, job, clock)
-        side = _side_queues(store, job)
+        try:
+            side = _side_queues(store, job)
+        except StoreError as exc:  # side files are scratch: start the job again
+            log.warning("ConsumeQueue rebuild of %s starts again: %s", store.root, exc)
+            job.pop("cursor")
+            rebuild_dir.save_queue_job(store.root, job)
+            return StepResult("queues", progressed=True, detail={"job": job})
         end = _log_end(store)
         reached, written = walk(store, side, job["cursor"], end, max_bytes)
         job["cursor"], job["records"] = reached, job["records"] + written
@@ -206,12 +213,28 @@ def apply_ready(store: MessageStore) -> bool:
     """Install a rebuild that is ready (module docstring); the reput holder calls it between
     two reput passes. Returns whether queues were installed.
 
-    Raises:
-        OSError: a rename failed; the swap journal stays and the next open completes it.
+    It never raises into reput: a failure is logged and the rebuild starts again (a swap a
+    failed rename left half done is completed by the next open, from its journal).
     """
     job = rebuild_dir.load_queue_job(store.root)
     if job is None or job.get("state") != "ready" or store.readonly or store.role == "broker":
         return False
+    try:
+        return _install(store, job)
+    except (StoreError, OSError) as exc:
+        log.error("ConsumeQueue rebuild of %s could not be installed (%s): starting again",
+                  store.root, exc)  # fmt: skip
+        _open.pop(store, None)
+        job["state"] = "building"
+        job.pop("cursor", None)
+        try:
+            rebuild_dir.save_queue_job(store.root, job)
+        except OSError:
+            pass
+        return False
+
+
+def _install(store: MessageStore, job: dict[str, Any]) -> bool:
     with store.dispatch_paused():
         side = _side_queues(store, job)
         reached, written = walk(store, side, job["cursor"], store.reput_offset, 1 << 62)
@@ -300,6 +323,19 @@ def _report(
     )  # fmt: skip
     if not installed:
         return
+    try:
+        _report_problem(store, job, wanted, installed, names)
+    except OSError as exc:  # health.json on a full disk: the log line above stays
+        log.error("%s: the rebuild could not be reported in health.json: %s", store.root, exc)
+
+
+def _report_problem(
+    store: MessageStore,
+    job: dict[str, Any],
+    wanted: dict[QueueKey, str],
+    installed: list[QueueKey],
+    names: str,
+) -> None:
     store.health.report(
         "derived_rebuilt",
         f"derived_rebuilt:consumequeue:{job['started_ms']}",

@@ -213,3 +213,22 @@ def test_celery_mode_worker_rebuilds_and_the_broker_follows(tmp_path: Path) -> N
         builder.close()
         holder.close()
         broker.close()
+
+
+def test_a_rebuild_that_cannot_be_installed_starts_again_and_reput_goes_on(
+    tmp_path: Path,
+) -> None:
+    fill(tmp_path)
+    shutil.rmtree(tmp_path / "consumequeue" / "Orders" / "1")
+    with MessageStore(tmp_path, SMALL) as store:
+        while queue_build.step(store, CLOCK).progressed:
+            pass
+        queue_build._open.pop(store).close()  # as in another process: read from the files
+        side = tmp_path / "rebuild" / "consumequeue" / "Orders" / "1"
+        sorted(side.iterdir())[1].unlink()  # the side files are no longer contiguous
+        put_many(store, 2, start=COUNT, queues=1)  # queue 0
+        result = reput.step(store)  # logs the failure, dispatches all the same
+        assert result.detail["dispatched"] == 2
+        assert '"state": "building"' in (tmp_path / "rebuild" / "queues.json").read_text()
+        rebuild_until_installed(store)
+        assert drain(store, "Orders", 1) == bodies(1)
