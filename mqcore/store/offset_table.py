@@ -3,7 +3,10 @@
 ``CommitLog.queue_offsets`` gives every put its queue offset. At open it is rebuilt as
 ``max(ends of the healthy ConsumeQueues, the snapshot's next offsets, 1 + the queue offset of
 every record after the snapshot)`` (:func:`set_queue_offsets`, :func:`scan_after`), so that a
-lost or cut ConsumeQueue never makes its queue start again below what was acknowledged.
+lost or cut ConsumeQueue never makes its queue start again below what was acknowledged. The
+scan reads what was written since the last snapshot (nothing after a clean close, a second of
+writes after a crash), and never starts before the segment holding the last
+``SCAN_LIMIT_BYTES``.
 While the store runs the writer saves the table as the snapshot (``queue_snapshot.py``)
 every second when it changed (the ``snapshot`` service) and at a clean close
 (:func:`save_snapshot`). A deleted topic is marked in it (:func:`forget_topic`).
@@ -52,8 +55,25 @@ class Scan(NamedTuple):
     first_offsets: dict[QueueKey, int]
 
 
+#: The scan after the snapshot starts no earlier than the segment holding this many bytes
+#: before the end: a snapshot that stopped being written (a disk full for hours) must not
+#: make a start read the whole log. Offsets it misses are restored when the damaged queue
+#: is rebuilt (puts to it are refused until then).
+SCAN_LIMIT_BYTES = 64 * 1024 * 1024
+
+
 def scan_after(store: MessageStore, begin: int, end: int) -> Scan:
-    """The queues' records in ``[begin, end)`` (:class:`Scan`)."""
+    """The queues' records in ``[begin, end)`` (:class:`Scan`), ``begin`` raised to the
+    segment holding ``end - SCAN_LIMIT_BYTES`` if it is further back."""
+    segment = store.commit_log.segments.find(end - SCAN_LIMIT_BYTES)
+    if segment is not None and begin < segment.base_offset:
+        log.warning(
+            "the queue offset snapshot is %d bytes behind the CommitLog end: only the records "
+            "from %d are scanned",
+            end - begin,
+            segment.base_offset,
+        )
+        begin = segment.base_offset
     scan = Scan({}, {})
     for item in store.commit_log.iter_dispatch(begin, end, 1 << 62, store.delay_levels_ms):
         if isinstance(item, DispatchRequest) and takes_unit(item.sys_flag):

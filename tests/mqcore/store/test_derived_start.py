@@ -180,3 +180,21 @@ def test_a_damaged_index_is_noted_and_its_rebuild_requested(tmp_path: Path, dama
         assert store.rebuilding_queues == {}
         assert (tmp_path / "rebuild" / "index.request").exists()
         assert "the index" in store.health.conditions()[0].summary
+
+
+def test_the_scan_after_an_old_snapshot_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mqcore.store import offset_table
+
+    fill(tmp_path)
+    queue_snapshot.write(tmp_path, QueueOffsetSnapshot(0, {}))  # as if none was written since
+    monkeypatch.setattr(offset_table, "SCAN_LIMIT_BYTES", 100)
+    with MessageStore(tmp_path, CONFIG, readonly=True) as store:
+        end = store.commit_log.max_offset
+        scan = offset_table.scan_after(store, 0, end)
+        last_segment = store.commit_log.segments.find(end - 100)
+        assert last_segment is not None and last_segment.base_offset > 0
+        first = min(scan.first_offsets.values())
+        assert first > 0  # the records of the older segments were not read
+        assert scan.next_offsets == {("Orders", q): PER_QUEUE for q in range(3)}
