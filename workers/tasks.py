@@ -13,9 +13,12 @@ A run that cannot take its service's lock returns ``status: skipped`` (STYLE 7).
 * ``cairn.cleanup``: one pass, every ``CAIRN_CLEAN_INTERVAL_MS`` (10 s). What consumers still
   need comes from the persisted ``consumerOffset.json``/``delayOffset.json``; deletions are
   journaled in the store for the broker to move into its audit log (``deletions.py``).
-* ``cairn.index_build``: starts (``start=True``) or continues a side build of the index for
-  up to 30 s, then queues its successor while there is work left; beat resumes a build left
-  behind by a dead worker. Hands the build to the Spark pipeline when it is installed and the
+* ``cairn.index_build``: the rebuild service (``mqcore.services.rebuild``): starts
+  (``start=True``) or continues a side build of the index, and the rebuild of damaged
+  ConsumeQueues and index the reput holder's start check asked for (the reput task sends
+  one at once when its attach found damage), for up to 30 s, then queues its successor
+  while there is work left; beat resumes a build left behind by a dead worker. Hands the
+  build to the Spark pipeline when it is installed and the
   store is at least ``CAIRN_INDEX_SPARK_MIN_BYTES``.
 * ``cairn.tiered_upload`` / ``cairn.tiered_retention``: with ``CAIRN_TIERED_BACKEND`` set
   (``posix``), one upload pass of the tier dispatcher every few seconds and one tier
@@ -55,6 +58,7 @@ from mqcore.services import (
     flush,
     index_build,
     locks,
+    rebuild,
     reput,
     status,
     tiered,
@@ -119,9 +123,15 @@ def reput_task(self: Any, store_dir: str | None = None) -> dict[str, Any]:
     publisher = _publisher(store)
     last_recorded = [0.0]
     unrecorded_runs = [0]
+    rebuild_kicked = [False]
 
     def on_result(result: StepResult) -> None:
         unrecorded_runs[0] += 1
+        if not rebuild_kicked[0] and (store.rebuilding_queues or store.index_damage):
+            # The attach's start check found damage: start the rebuild now, not at the next
+            # beat (a second task only returns "skipped" while one runs).
+            rebuild_kicked[0] = True
+            index_build_task.apply_async(kwargs={"store_dir": store_dir})
         if result.detail.get("dispatched") or result.detail.get("index_installed"):
             publisher.publish("reput", reput_offset=store.reput_offset)
         now = time.monotonic()
@@ -226,7 +236,7 @@ def index_build_task(
         result = _run_recorded(
             store,
             "index",
-            lambda: index_build.step(store, CLOCK, max_bytes=cfg.index_step_bytes, builder=builder),
+            lambda: rebuild.step(store, CLOCK, max_bytes=cfg.index_step_bytes, builder=builder),
         )
         if not result["progressed"]:
             break

@@ -2,12 +2,17 @@
 
 For stores whose derived files were lost or corrupted. The CommitLog is the source of truth
 and the IndexFile is derived from it by the same dispatch code as live reput (STYLE 4), so a
-rebuild is a replay. Two ways:
+rebuild is a replay. Every rebuild is built *beside* the live files, under ``<root>/rebuild``,
+and installed by the journaled swap of ``mqcore.store.rebuild_dir``: killed at any moment, a
+rebuild leaves the old files or the new ones, never a mix.
 
 * :func:`rebuild_queues` (offline, the store opened ``standalone`` by
-  ``manage.py rebuildindex --queues``): destroy every ConsumeQueue and index file and
-  re-dispatch the whole CommitLog.
-* The index alone, online or offline: a *side build* that never blocks reput.
+  ``manage.py rebuildindex --queues``): every ConsumeQueue and index file is rebuilt from the
+  whole CommitLog into ``rebuild/consumequeue`` and ``rebuild/index``, then both are swapped
+  in. Its job file (``rebuild/queues.json``, scope ``all``) marks the side files as
+  unfinished until the swap.
+* The index alone, online or offline: a *side build* that never blocks reput. The start check
+  (``mqcore.store.derived_start``) starts one by itself when it finds the index damaged.
 
 Side build, in three phases, its progress kept in the store (``<root>/rebuild/job.json``)::
 
@@ -33,15 +38,13 @@ named and ordered as :mod:`mqcore.store.index_service` names them, and calls
 when the ``pipeline`` package is installed and the store is big.
 
 Crash behaviour: the side directory is scratch; a crash during the build resumes at the
-saved cursor (index puts at or below a file's end offset are skipped). The swap is two
-directory renames; a crash between them leaves ``<root>/rebuild/index.old``, which the next
-:func:`start` removes, and no ``<root>/index``, which the broker's recovery treats as an
-index lost: the next rebuild (or an abnormal recovery) restores it.
+saved cursor (index puts at or below a file's end offset are skipped), and a broker's next
+open restarts a build the start check had started. The swap is journaled
+(``rebuild/swap.json``): a crash during it is completed by the next open or run.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -53,12 +56,15 @@ from typing import Any, Literal, Protocol
 from mqcore.clock import Clock
 from mqcore.errors import StoreError
 from mqcore.services import locks
+from mqcore.services.queue_build import pad_to
 from mqcore.services.result import StepResult
-from mqcore.store import roles
+from mqcore.store import derived_start, offset_table, roles
+from mqcore.store import rebuild_dir as rebuild_dir_files
+from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexService
-from mqcore.store.mapped_file import fsync_directory
 from mqcore.store.progress import Slot
+from mqcore.store.rebuild_dir import Move
 from mqcore.store.record_layout import TRANSACTION_TYPE_MASK
 from mqcore.store.store import MessageStore
 
@@ -83,6 +89,8 @@ class IndexBuildJob:
     handed_off: bool = False
     error: str = ""
     kept_files: list[str] = field(default_factory=list)
+    #: Why the start check asked for it (the index was damaged); "" for rebuildindex's.
+    reason: str = ""
 
     @property
     def done_fraction(self) -> float:
@@ -115,24 +123,25 @@ class IndexBuilder(Protocol):
 
 
 def rebuild_dir(root: str | os.PathLike[str]) -> Path:
-    return Path(root) / "rebuild"
+    return rebuild_dir_files.rebuild_dir(root)
 
 
 def load_job(root: str | os.PathLike[str]) -> IndexBuildJob | None:
-    """The current or last side build, or None."""
-    try:
-        raw = json.loads((rebuild_dir(root) / "job.json").read_text())
-    except FileNotFoundError:
+    """The current or last side build, or None (also for a damaged job file)."""
+    raw = rebuild_dir_files.read_json(rebuild_dir(root) / rebuild_dir_files.INDEX_JOB)
+    if not isinstance(raw, dict):
         return None
-    return IndexBuildJob(**raw)
+    try:
+        return IndexBuildJob(**raw)
+    except TypeError:
+        log.error("%s: unreadable index build job %r; ignoring it", root, raw)
+        return None
 
 
 def _save_job(root: Path, job: IndexBuildJob) -> None:
-    directory = rebuild_dir(root)
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / "job.json.tmp"
-    tmp.write_text(json.dumps(asdict(job), indent=2) + "\n")
-    os.replace(tmp, directory / "job.json")
+    rebuild_dir_files.write_json_atomically(
+        rebuild_dir(root) / rebuild_dir_files.INDEX_JOB, asdict(job)
+    )
 
 
 def _log_end(store: MessageStore) -> int:
@@ -150,8 +159,18 @@ def _reput_position(store: MessageStore) -> int:
     return progress.get(Slot.REPUT_OFFSET)
 
 
-def start(store: MessageStore, clock: Clock, *, from_offset: int | None = None) -> IndexBuildJob:
+def start(
+    store: MessageStore,
+    clock: Clock,
+    *,
+    from_offset: int | None = None,
+    restart: bool = False,
+    reason: str = "",
+) -> IndexBuildJob:
     """Begin a side build of the index from ``from_offset`` (default: the whole CommitLog).
+    ``restart``: discard a build that is under way (the start check's, after a restart)
+    instead of refusing. ``reason``: why the index is rebuilt (the start check's finding,
+    reported as a problem once the build is installed).
 
     Raises:
         StoreError: another build holds the ``index`` lock, or a build is running.
@@ -160,10 +179,10 @@ def start(store: MessageStore, clock: Clock, *, from_offset: int | None = None) 
         if not held:
             raise StoreError(f"an index build is running ({locks.holder(store, 'index')})")
         current = load_job(store.root)
-        if current is not None and current.state in ("building", "ready"):
+        if current is not None and current.state in ("building", "ready") and not restart:
             raise StoreError(f"an index build is already {current.state}: {current.as_dict()}")
         directory = rebuild_dir(store.root)
-        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(directory / "index", ignore_errors=True)
         (directory / "index").mkdir(parents=True)
         # Index files cover contiguous ranges: keep those wholly below ``from_offset`` and
         # rebuild from the record after the last one they hold (else from the log's start).
@@ -184,7 +203,13 @@ def start(store: MessageStore, clock: Clock, *, from_offset: int | None = None) 
                 begin = store.commit_log.min_offset
         now = clock.now_ms()
         job = IndexBuildJob(
-            begin, begin, _log_end(store), started_ms=now, updated_ms=now, kept_files=kept
+            begin,
+            begin,
+            _log_end(store),
+            started_ms=now,
+            updated_ms=now,
+            kept_files=kept,
+            reason=reason,
         )
         _save_job(store.root, job)
         if store.progress is not None:
@@ -333,21 +358,19 @@ def apply_ready(store: MessageStore) -> bool:
 
 
 def _swap(store: MessageStore, job: IndexBuildJob) -> None:
-    live = Path(store.index.directory)
-    side = rebuild_dir(store.root) / "index"
-    old = rebuild_dir(store.root) / "index.old"
+    """Install ``rebuild/index`` over ``index``, keeping the files wholly below the rebuilt
+    range, through the journaled swap (``rebuild_dir.swap_in``: a crash completes it at the
+    next open). Reput is paused."""
     store.index.flush()
+    side = rebuild_dir(store.root) / "index"
     for name in job.kept_files:
         if (side / name).exists():
             raise StoreError(f"kept index file {name} collides with a rebuilt one")
-        if (live / name).exists():
-            os.replace(live / name, side / name)
-    shutil.rmtree(old, ignore_errors=True)
-    if live.exists():
-        os.replace(live, old)
-    os.replace(side, live)
-    fsync_directory(store.root)
-    shutil.rmtree(old, ignore_errors=True)
+    rebuild_dir_files.sync_tree(side)
+    rebuild_dir_files.swap_in(
+        store.root,
+        [Move(f"{rebuild_dir_files.DIRECTORY}/index", "index", list(job.kept_files))],
+    )
     index = roles.new_index(store, readonly=False)
     index.load(True, 0)
     previous, store.index = store.index, index
@@ -357,6 +380,21 @@ def _swap(store: MessageStore, job: IndexBuildJob) -> None:
     store.checkpoint.index_msg_timestamp = filled
     if store.progress is not None:
         store.progress.set(Slot.INDEX_TIMESTAMP, filled)
+    if job.reason:
+        _report_rebuilt(store, job)
+
+
+def _report_rebuilt(store: MessageStore, job: IndexBuildJob) -> None:
+    """The start check found the index damaged; it is rebuilt now: say so, lift the state."""
+    store.health.report(
+        "derived_rebuilt",
+        f"derived_rebuilt:index:{job.started_ms}",
+        "the index was damaged and has been rebuilt from the CommitLog",
+        {"reason": job.reason, "records": job.records, "from": job.from_offset},
+    )
+    log.info("index of %s rebuilt (it was damaged: %s)", store.root, job.reason)
+    store.index_damage = ""
+    derived_start.show_condition(store, 1.0)
 
 
 def rebuild(
@@ -397,9 +435,13 @@ def rebuild_queues(
     on_progress: Callable[[int, int], None] | None = None,
     max_bytes: int = DEFAULT_STEP_BYTES,
 ) -> int:
-    """Offline: destroy every ConsumeQueue and index file and re-dispatch the whole CommitLog.
+    """Offline: rebuild every ConsumeQueue and index file from the whole CommitLog.
 
-    ``on_progress(done_bytes, total_bytes)`` is called after each pass.
+    Built beside the live files (``rebuild/consumequeue``, ``rebuild/index``) by the same
+    dispatch as reput, then swapped in by the journaled swap (``rebuild_dir.swap_in``).
+    Killed before the journal is written, the live files are untouched and the next open
+    discards the side files; after, the next open completes the swap. ``on_progress(done_bytes,
+    total_bytes)`` is called after each pass.
 
     Returns:
         Records dispatched.
@@ -409,11 +451,52 @@ def rebuild_queues(
     """
     if store.role != "standalone" or store.readonly:
         raise StoreError("rebuilding the ConsumeQueues needs the store to itself: stop the broker")
+    side_dir = rebuild_dir(store.root)
+    rebuild_dir_files.save_queue_job(
+        store.root,
+        {"state": "building", "scope": "all", "queues": [], "started_ms": store.clock.now_ms()},
+    )
+    for name in (rebuild_dir_files.SIDE_QUEUES, rebuild_dir_files.SIDE_INDEX):
+        shutil.rmtree(side_dir / name, ignore_errors=True)
+    live_queues, live_index = store.queues, store.index
     with store.dispatch_paused():
-        store.queues.destroy()
-        store.index.destroy_all()
-        store.checkpoint.index_msg_timestamp = 0
-        store.reput_offset = store.commit_log.min_offset
+        store.queues = ConsumeQueueStore(
+            side_dir,
+            file_size_bytes=store.config.consume_queue_file_size,
+            clock=store.clock,
+        )
+        store.index = roles.new_index(store, readonly=False, root=side_dir)
+        store.index.load(True, 0)
+        live_reput, store.reput_offset = store.reput_offset, store.commit_log.min_offset
+    try:
+        total = _dispatch_all(store, on_progress, max_bytes)
+        side_queues, side_index = store.queues, store.index
+        while side_queues.flush_all(0):
+            pass
+        side_queues.close()
+        side_index.close()
+    except BaseException:
+        store.queues.close()
+        store.index.close()
+        store.queues, store.index, store.reput_offset = live_queues, live_index, live_reput
+        raise
+    rebuild_dir_files.sync_tree(side_dir)
+    live_queues.close()
+    live_index.close()
+    rebuild_dir_files.swap_in(
+        store.root,
+        [
+            Move(f"{rebuild_dir_files.DIRECTORY}/{rebuild_dir_files.SIDE_QUEUES}", "consumequeue"),
+            Move(f"{rebuild_dir_files.DIRECTORY}/{rebuild_dir_files.SIDE_INDEX}", "index"),
+        ],
+    )
+    _reload_rebuilt(store)
+    return total
+
+
+def _dispatch_all(
+    store: MessageStore, on_progress: Callable[[int, int], None] | None, max_bytes: int
+) -> int:
     begin, end = store.commit_log.min_offset, store.commit_log.confirm_offset
     total = 0
     while True:
@@ -422,7 +505,38 @@ def rebuild_queues(
         if on_progress is not None:
             on_progress(store.reput_offset - begin, end - begin)
         if store.reput_offset == before:
-            break
-    store.queues.clean_expired(store.commit_log.min_offset)
+            return total
+
+
+def _reload_rebuilt(store: MessageStore) -> None:
+    """After the offline swap: load the new files, keep every next queue offset, forget the
+    damage, write the checkpoint and the offset snapshot."""
+    queues = roles.new_queues(store, readonly=False)
+    queues.load()
+    queues.recover_all()
+    queues.on_topic_deleted = lambda topic: offset_table.forget_topic(store, topic)
+    index = roles.new_index(store, readonly=False)
+    index.load(True, 0)
+    store.queues, store.index = queues, index
+    table = store.commit_log.queue_offsets
+    for topic in queues.topics():
+        for queue_id, queue in queues.queues(topic).items():
+            table[(topic, queue_id)] = max(table.get((topic, queue_id), 0), queue.max_offset)
+    for (topic, queue_id), next_offset in table.items():
+        found = queues.get(topic, queue_id)
+        if found is not None and found.max_offset < next_offset:
+            pad_to(found, next_offset)
+    queues.clean_expired(store.commit_log.min_offset)
+    store.rebuilding_queues, store.index_damage = {}, ""
+    for name in (
+        rebuild_dir_files.QUEUES_JOB,
+        rebuild_dir_files.INDEX_JOB,
+        rebuild_dir_files.INDEX_REQUEST,
+    ):
+        (rebuild_dir(store.root) / name).unlink(missing_ok=True)
+    rebuild_dir_files.empty_trash(store.root)
+    files = index.files
+    store.checkpoint.index_msg_timestamp = files[-2].end_timestamp if len(files) >= 2 else 0
     store.checkpoint.flush()
-    return total
+    offset_table.save_snapshot(store)
+    derived_start.show_condition(store, 1.0)

@@ -1,12 +1,14 @@
 """What the broker process runs, per ``CAIRN_SERVICES``, and what it reports about services.
 
 ``inline`` (default): the store opens ``standalone`` and every service runs on a
-:class:`ServiceLoop` thread in the broker (reput woken by each append, flush, cleanup, and
-index building when a rebuild is pending). ``celery``: the store opens ``broker``, the
-workers run the services, and the broker runs only the *follow* loop, which catches its
-view of the derived files up with the workers' (``follow.py``); a Redis subscriber
-(``workers.events``) calls :meth:`ServiceLoop.wake` on it when a worker reports progress.
-Never both for one store: a standalone store holds the services' locks while it is open.
+:class:`ServiceLoop` thread in the broker (reput woken by each append, flush, cleanup, the
+rebuild of damaged derived files and index builds (``index``: :mod:`mqcore.services.rebuild`),
+and the queue offset snapshot every second). ``celery``: the store opens ``broker``, the
+workers run the services, and the broker runs the *follow* loop, which catches its view of
+the derived files up with the workers' (``follow.py``), and the snapshot loop (the broker
+holds the queue offset table); a Redis subscriber (``workers.events``) calls
+:meth:`ServiceLoop.wake` on the follow loop when a worker reports progress. Never both for
+one store: a standalone store holds the services' locks while it is open.
 
 In both modes the broker also runs the *disk guard* (``disk.guard_step``): every second,
 from the start, it refuses or accepts puts by the disk's usage; inline, it wakes the cleanup
@@ -32,7 +34,17 @@ from __future__ import annotations
 from typing import Any
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.services import cleanup, disk, flush, follow, index_build, reput, status, tiered
+from mqcore.services import (
+    cleanup,
+    disk,
+    flush,
+    follow,
+    index_build,
+    rebuild,
+    reput,
+    status,
+    tiered,
+)
 from mqcore.services.cleanup import CleanupState
 from mqcore.services.config import Mode, ServicesConfig
 from mqcore.services.consumed import NeededOffset
@@ -41,6 +53,7 @@ from mqcore.services.disk import DiskProbe, usage_ratio
 from mqcore.services.flush import FlushState
 from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
+from mqcore.store import offset_table
 from mqcore.store.progress import Slot
 from mqcore.store.roles import Role
 from mqcore.store.store import MessageStore
@@ -96,6 +109,7 @@ def build_service_loops(
             ServiceLoop(
                 "disk_guard", lambda: disk.guard_step(store, probe=probe), disk.GUARD_INTERVAL_S
             ),
+            ServiceLoop("snapshot", lambda: snapshot_step(store), SNAPSHOT_INTERVAL_S),
         ]
     if store.role != "standalone" or store.readonly:
         raise ValueError("service loops run in a writable standalone or broker store")
@@ -140,9 +154,10 @@ def build_service_loops(
             cfg.flush_interval_commitlog_ms / 1000,
         ),
         cleanup_loop,
+        # Damaged ConsumeQueues and index (the start check's), and rebuildindex's builds.
         ServiceLoop(
             "index",
-            lambda: index_build.step(store, clock, max_bytes=services.index_step_bytes),
+            lambda: rebuild.step(store, clock, max_bytes=services.index_step_bytes),
             1.0,
         ),
         ServiceLoop(
@@ -150,8 +165,27 @@ def build_service_loops(
             lambda: disk.guard_step(store, probe=probe, on_full=cleanup_loop.wake),
             disk.GUARD_INTERVAL_S,
         ),
+        # The queue offset snapshot (``queue_snapshot.py``), when the table changed.
+        ServiceLoop("snapshot", lambda: snapshot_step(store), SNAPSHOT_INTERVAL_S),
         *tier_loops,
     ]
+
+
+#: How often the CommitLog writer saves the queue offset snapshot (when it changed): the
+#: most a start after a crash scans beyond it is what was written in this time.
+SNAPSHOT_INTERVAL_S = 1.0
+
+
+def snapshot_step(store: MessageStore) -> StepResult:
+    """Save the queue offset snapshot if the table changed (``offset_table.save_snapshot``)."""
+    before = store.queue_snapshot
+    offset_table.save_snapshot(store)
+    after = store.queue_snapshot
+    return StepResult(
+        "snapshot",
+        progressed=False,
+        detail={"log_offset": after.log_offset if after else 0, "written": after != before},
+    )
 
 
 def services_status(store: MessageStore, loops: list[ServiceLoop]) -> dict[str, Any]:

@@ -7,8 +7,8 @@ Who runs it (``locks.py``): a standalone store (``CAIRN_SERVICES=inline``) on it
 in Celery mode the one worker holding ``<root>/locks/reput``. The first step of a worker
 takes the lock and *attaches* (recovers the derived files against the CommitLog end the
 broker published, ``mqcore.store.roles.attach``), then keeps the lock until :func:`release`.
-A rebuilt index waiting for its swap (``index_build``) is installed here, by the one process
-that writes the index.
+A rebuilt index or rebuilt ConsumeQueues waiting for their swap (``index_build``,
+``queue_build``) are installed here, by the one process that writes the derived files.
 
 Full disk: a ConsumeQueue or IndexFile that cannot get its blocks raises ``DiskFullError``
 before anything is written. The step then *pauses*: it logs once, refuses puts (source
@@ -26,7 +26,7 @@ import logging
 import weakref
 
 from mqcore.errors import DiskFullError
-from mqcore.services import index_build, locks
+from mqcore.services import index_build, locks, queue_build
 from mqcore.services.result import StepResult
 from mqcore.store.store import MessageStore
 
@@ -62,6 +62,7 @@ def step(store: MessageStore, *, max_bytes: int = DEFAULT_MAX_BYTES) -> StepResu
             )
     try:
         installed = index_build.apply_ready(store)
+        installed = queue_build.apply_ready(store) or installed
         dispatched = store.reput_once(max_bytes)
     except DiskFullError as exc:
         return _pause(store, exc)

@@ -4,6 +4,13 @@ It loads the queue directories (spec 5.4 step 2: directory names that are not in
 ignored), creates queues on first dispatch, and applies store-wide passes to all of them:
 recovery, truncation past a CommitLog end (5.8), flushing (6.3) and cleanup (6.5).
 
+Damage does not stop a load: a queue whose files are cut short is loaded (its files extended
+with zeros) and noted in ``damaged``; one whose files cannot be loaded at all (a file missing
+in the middle, one too long) is moved to ``rebuild/trash`` and noted too. The start check
+(``derived_start.py``) has them rebuilt from the CommitLog; a rebuilt queue is put in place
+with :meth:`ConsumeQueueStore.replace`, which cleanup passes never race (they skip a queue
+that is no longer the current one: its file paths are now the rebuilt queue's).
+
 Thread-safety: one writer (the reput thread) and many readers; the table of queues is
 guarded by a lock, each queue documents its own rules (``consume_queue.py``).
 """
@@ -19,6 +26,8 @@ from pathlib import Path
 from typing import Protocol
 
 from mqcore.clock import Clock
+from mqcore.errors import StoreError
+from mqcore.store import rebuild_dir
 from mqcore.store.consume_queue import (
     DEFAULT_FILE_SIZE_BYTES,
     ConsumeQueue,
@@ -74,6 +83,14 @@ class ConsumeQueueStore:
         self._clock = clock
         self._table: dict[str, dict[int, ConsumeQueue]] = {}
         self._lock = threading.Lock()
+        #: Serialises :meth:`replace` with the passes that delete files (cleanup).
+        self._files_lock = threading.RLock()
+        #: Queues ``load`` found damaged, and why (``derived_start`` has them rebuilt).
+        self.damaged: dict[tuple[str, int], str] = {}
+        #: Queues ``load`` found files of (recovery may create others by dispatching).
+        self.loaded: set[tuple[str, int]] = set()
+        #: Called with a topic :meth:`delete_topic` deleted (the store forgets its offsets).
+        self.on_topic_deleted: Callable[[str], None] | None = None
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         if not topic or "/" in topic or "\0" in topic or topic in (".", ".."):
@@ -87,9 +104,8 @@ class ConsumeQueueStore:
         """Load every ``<topic>/<queueId>`` directory (spec 5.4 step 2).
 
         Queue directories whose names are not canonical non-negative integers are ignored.
-
-        Raises:
-            StoreError: a queue's files are inconsistent (``MappedFileQueue.load``).
+        A queue whose files are inconsistent (``MappedFileQueue.load`` raises) or cut short is
+        recorded in :attr:`damaged` instead of stopping the load (``_load_queue``).
         """
         if not self.directory.is_dir():
             return
@@ -101,9 +117,33 @@ class ConsumeQueueStore:
                     log.info("ignoring %s: not a queue directory", queue_dir)
                     continue
                 queue = self._new_queue(topic_dir.name, int(queue_dir.name))
-                queue.load()
+                if not self._load_queue(queue):
+                    continue
+                self.loaded.add((queue.topic, queue.queue_id))
                 with self._lock:
                     self._table.setdefault(queue.topic, {})[queue.queue_id] = queue
+
+    def _load_queue(self, queue: ConsumeQueue) -> bool:
+        """Load one queue; a queue whose files are inconsistent or cut short is recorded in
+        :attr:`damaged` (its rebuild replaces it). One that cannot be loaded at all is set
+        aside (``rebuild/trash``) unless read-only, and False returned: a fresh directory
+        may then be written while it is rebuilt."""
+        key = (queue.topic, queue.queue_id)
+        try:
+            queue.load()
+        except StoreError as exc:
+            queue.close()
+            self.damaged[key] = f"its files cannot be loaded ({exc})"
+            log.error("consume queue %s-%d: %s", *key, self.damaged[key])
+            if not self.readonly:
+                moved = rebuild_dir.set_aside(self.root, queue.directory)
+                log.warning("consume queue %s-%d: files moved to %s", *key, moved)
+            return False
+        extended = queue.segments.extended_files
+        if extended:
+            cut = ", ".join(f"{path.name} ({length} bytes)" for path, length in extended)
+            self.damaged[key] = f"file(s) cut short: {cut}"
+        return True
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue, created (without files: the first ``put`` makes one) if new."""
@@ -143,7 +183,8 @@ class ConsumeQueueStore:
             if self.get(name, qid) is not None:
                 continue
             queue = self._new_queue(name, qid)
-            queue.load()
+            if not self._load_queue(queue):
+                continue
             queue.segments.reset_last_for_follow()
             with self._lock:
                 if self._table.setdefault(name, {}).setdefault(qid, queue) is not queue:
@@ -257,12 +298,15 @@ class ConsumeQueueStore:
         Returns:
             Whether the topic was known.
         """
-        with self._lock:
-            queues = self._table.pop(topic, None)
-        if queues is None:
-            return False
-        for queue in queues.values():
-            queue.destroy()
+        if self.on_topic_deleted is not None:
+            self.on_topic_deleted(topic)
+        with self._files_lock:
+            with self._lock:
+                queues = self._table.pop(topic, None)
+            if queues is None:
+                return False
+            for queue in queues.values():
+                queue.destroy()
         try:
             (self.directory / topic).rmdir()
         except FileNotFoundError:
@@ -270,6 +314,21 @@ class ConsumeQueueStore:
         except OSError:
             log.warning("%s: not removed, it holds other entries", self.directory / topic)
         return True
+
+    def replace(self, queue: ConsumeQueue) -> ConsumeQueue | None:
+        """Put ``queue`` (loaded from files just swapped in) in the place of the queue of the
+        same topic and id. Returns the queue replaced: its files were renamed away, so the
+        caller closes it once its readers are done (``roles.retire``); no cleanup pass
+        deletes through it meanwhile (cleanup skips queues that are no longer current).
+        Writer thread, with reput paused."""
+        with self._files_lock, self._lock:
+            queues = self._table.setdefault(queue.topic, {})
+            old = queues.get(queue.queue_id)
+            queues[queue.queue_id] = queue
+            return old
+
+    def _is_current(self, queue: ConsumeQueue) -> bool:
+        return self.get(queue.topic, queue.queue_id) is queue
 
     def clean_expired(self, min_commitlog_offset: int) -> int:
         """The periodic consume-queue cleaning of spec 6.5, for every queue.
@@ -283,8 +342,11 @@ class ConsumeQueueStore:
         """
         deleted = 0
         for queue in self._all():
-            deleted += queue.delete_expired_files(min_commitlog_offset)
-            queue.correct_min_offset(min_commitlog_offset)
+            with self._files_lock:
+                if not self._is_current(queue):
+                    continue  # replaced by a rebuilt queue meanwhile: its paths are the new one's
+                deleted += queue.delete_expired_files(min_commitlog_offset)
+                queue.correct_min_offset(min_commitlog_offset)
         return deleted
 
     def destroy_expired_queues(
@@ -304,11 +366,14 @@ class ConsumeQueueStore:
                 last = queue.last_unit()
                 if last is None or last.phys_offset >= min_commitlog_offset:
                     continue
-                with self._lock:
-                    self._table.get(topic, {}).pop(queue_id, None)
-                    if not self._table.get(topic, True):
-                        del self._table[topic]
-                queue.destroy()
+                with self._files_lock:
+                    if not self._is_current(queue):
+                        continue
+                    with self._lock:
+                        self._table.get(topic, {}).pop(queue_id, None)
+                        if not self._table.get(topic, True):
+                            del self._table[topic]
+                    queue.destroy()
                 destroyed += 1
         return destroyed
 

@@ -10,7 +10,8 @@ pointed at a store it did not configure (``python -m mqcore check``) infers them
     IndexFile slots, entries  index/<17 digits>: length = 40 +      see below
                               4 x slots + 20 x entries
 
-Index geometry, in order of preference: values given by the caller; a file other than the
+Index geometry (from the files of the most common length: one cut short does not count), in
+order of preference: values given by the caller; a file other than the
 newest one, which only rolled because it was full, so ``entries = index_count`` (spec 4.6);
 RocketMQ's defaults when the length is theirs (420,000,040 bytes); else the newest entry is
 located by the file's last non-zero byte (entries are appended, and the tail after them is
@@ -153,7 +154,10 @@ def _infer_index(paths: list[Path], slots: int | None, entries: int | None) -> t
         return slots, entries, "given"
     if not paths:
         return slots or DEFAULT_HASH_SLOTS, entries or DEFAULT_MAX_ENTRIES, "no files; default"
-    size = paths[0].stat().st_size
+    # The length most files have: a file cut short (or damaged) must not decide it.
+    lengths = [p.stat().st_size for p in paths]
+    size = max(set(lengths), key=lengths.count)
+    paths = [p for p, length in zip(paths, lengths, strict=True) if length == size]
     room = size - HEADER.size
     if slots is not None:
         return slots, _exact(room - slots * SLOT.size, ENTRY.size, "index_hash_slots"), "given"

@@ -74,6 +74,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
 
+import numpy as np
+
 from mqcore.errors import CorruptIndexError, StoreClosedError, StoreNotWritableError
 from mqcore.store import index_bulk, libc, space
 from mqcore.store.hashing import index_key_hash
@@ -81,6 +83,7 @@ from mqcore.store.hashing import index_key_hash
 __all__ = [
     "ENTRY",
     "ENTRY_RESERVE_BYTES",
+    "ENTRY_DTYPE",
     "HEADER",
     "HEADER_FIELD_OFFSETS",
     "ENTRY_FIELD_OFFSETS",
@@ -122,6 +125,17 @@ ENTRY, ENTRY_FIELD_OFFSETS = _layout(
         ("prev_index", "i"),  # previous entry in this slot's chain, 0 = none
     )
 )
+
+#: ENTRY for numpy (``derived_check.py`` reads many at once): the same fields, big-endian.
+ENTRY_DTYPE: Final = np.dtype(
+    {
+        "names": list(ENTRY_FIELD_OFFSETS),
+        "formats": [">i4", ">i8", ">i4", ">i4"],
+        "offsets": list(ENTRY_FIELD_OFFSETS.values()),
+        "itemsize": ENTRY.size,
+    }
+)
+assert ENTRY.format == ">iqii"
 
 SLOT: Final = struct.Struct(
     ">i"  # index of the newest entry in this slot's chain, 0 = empty
@@ -645,6 +659,37 @@ class IndexFile:
             raise IndexError(f"entry {index} outside 0..{self._max_entries - 1}")
         with self._held():
             return IndexEntry(*_unpack_entry(self._mm, self._entry_base + index * ENTRY.size))
+
+    def read_entries(self, first: int, stop: int) -> bytes:
+        """A copy of entries ``first .. stop-1`` (20 bytes each, ``ENTRY``), for checks that
+        look at many at once (``derived_check.py``). Thread-safe.
+
+        Raises:
+            StoreClosedError: the file is closed.
+        """
+        first, stop = max(0, first), min(stop, self._max_entries)
+        with self._held():
+            base = self._entry_base
+            return self._mm[base + first * ENTRY.size : base + max(first, stop) * ENTRY.size]
+
+    def read_slots(self) -> bytes:
+        """A copy of the whole slot table (``hash_slots`` x ``SLOT``). Thread-safe.
+
+        Raises:
+            StoreClosedError: the file is closed.
+        """
+        with self._held():
+            return self._mm[self._slot_base : self._entry_base]
+
+    def read_header(self) -> tuple[int, int, int, int, int, int]:
+        """The header as the bytes hold it now (``HEADER`` fields). Thread-safe.
+
+        Raises:
+            StoreClosedError: the file is closed.
+        """
+        with self._held():
+            header: tuple[int, int, int, int, int, int] = _unpack_header(self._mm, 0)
+            return header
 
     def slot(self, slot_pos: int) -> int:
         """The raw value of slot ``slot_pos``. For tools and tests."""

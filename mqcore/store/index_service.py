@@ -20,6 +20,11 @@ RocketMQ flushes the full file on a helper thread instead; here it costs one msy
 ~420 MB per 20,000,000 keys on the reput thread, in exchange for no thread and an ordering that
 is easy to see: the checkpoint never names an index file that is not on disk.
 
+Damage: a file that does not open (its size is wrong for the dimensions: cut short; a header
+past them) is noted in ``damaged_files`` and moved to ``rebuild/trash`` by :meth:`load`, which
+goes on with the others; the start check (``derived_start.py``, ``derived_check.py``) finds
+the rest and has the whole index rebuilt beside, then swapped in (``index_build``).
+
 Crash behaviour: index files are derived, rebuilt not checksummed. After an abnormal exit,
 ``load`` destroys every file whose end timestamp is after the checkpoint's ``indexMsgTimestamp``;
 recovery re-dispatches the CommitLog from before that time and ``build_index`` skips messages
@@ -42,13 +47,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
 import numpy as np
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.errors import StoreError, StoreNotWritableError
-from mqcore.store import index_bulk
+from mqcore.errors import CorruptIndexError, StoreError, StoreNotWritableError
+from mqcore.store import index_bulk, rebuild_dir
 from mqcore.store.hashing import (
     index_hash_array,
     index_hash_with_prefix,
@@ -210,7 +216,10 @@ class IndexService:
                 (store it as the checkpoint's ``indexMsgTimestamp``).
             readonly: map files read-only (tools); building then raises.
         """
+        self._root = Path(root)
         self._dir = os.path.join(os.fspath(root), "index")
+        #: Files :meth:`load` could not open, with why (the index is then rebuilt).
+        self.damaged_files: list[tuple[str, str]] = []
         self._hash_slots = hash_slots
         self._max_entries = max_entries
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -245,8 +254,9 @@ class IndexService:
             timestamp is after ``index_msg_timestamp`` (their entries get rebuilt by reput).
             A read-only service leaves such files on disk and only skips them.
 
+        A file that does not open is left out (:meth:`_open_file`).
+
         Raises:
-            CorruptIndexError: a file has the wrong size for the configured dimensions.
             StoreError: already loaded.
         """
         if self._files:
@@ -268,12 +278,9 @@ class IndexService:
             dropped.append(name)
         try:
             for name in names:
-                f = IndexFile.open(
-                    os.path.join(self._dir, name),
-                    self._hash_slots,
-                    self._max_entries,
-                    readonly=self._readonly,
-                )
+                f = self._open_file(name)
+                if f is None:
+                    continue
                 if not last_exit_ok and f.end_timestamp > index_msg_timestamp:
                     if self._readonly:
                         f.close()
@@ -289,6 +296,24 @@ class IndexService:
         with self._lock:
             self._files = loaded
         return dropped
+
+    def _open_file(self, name: str) -> IndexFile | None:
+        """Open one file for :meth:`load`; a file that does not open (wrong size for the
+        dimensions, a header past them: cut short or damaged) is recorded in
+        :attr:`damaged_files` and, unless read-only, moved to ``rebuild/trash``. The index is
+        then damaged and gets rebuilt (``derived_start``); its other files keep serving."""
+        path = os.path.join(self._dir, name)
+        try:
+            return IndexFile.open(
+                path, self._hash_slots, self._max_entries, readonly=self._readonly
+            )
+        except CorruptIndexError as exc:
+            self.damaged_files.append((name, str(exc).removeprefix(f"{path}: ")))
+            log.error("index file %s is damaged: %s", name, exc)
+            if not self._readonly:
+                moved = rebuild_dir.set_aside(self._root, Path(path))
+                log.warning("index file %s moved to %s", name, moved)
+            return None
 
     def flush(self) -> None:
         """Force the newest file to disk (full files are flushed when they fill). Writer only."""

@@ -24,6 +24,7 @@ keeps ``writable`` as a plain attribute the put path reads).
 from __future__ import annotations
 
 import threading
+import time
 
 #: Sources that mean the disk is full (health condition ``disk-full``).
 DISK_SOURCES = frozenset({"disk", "space", "reput", "abort"})
@@ -38,6 +39,7 @@ class Refusals:
     def __init__(self) -> None:
         self._reasons: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._retry_at = 0.0
 
     def set(self, source: str, reason: str) -> bool:
         """Refuse for ``source``. Returns whether the source is new (not just a new reason)."""
@@ -76,3 +78,18 @@ class Refusals:
                 for source, reason in self._reasons.items()
                 if sources is None or source in sources
             }
+
+    def hold_off(self) -> None:
+        """No retry before ``RETRY_S`` from now (a put has just found no space)."""
+        with self._lock:
+            self._retry_at = time.monotonic() + RETRY_S
+
+    def retry_due(self) -> bool:
+        """Whether a refused put may look again now: only :data:`SELF_RETRIED` sources
+        refuse and ``RETRY_S`` has passed since the last look, which this call starts."""
+        with self._lock:
+            now = time.monotonic()
+            if not set(self._reasons) <= SELF_RETRIED or now < self._retry_at:
+                return False
+            self._retry_at = now + RETRY_S
+            return True

@@ -48,6 +48,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from mqcore.errors import CorruptIndexError
+from mqcore.store import derived_start, full_disk, offset_table
 from mqcore.store.arrivals import arrivals_of_requests
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.consume_queue import ConsumeQueue
@@ -137,10 +138,14 @@ def new_index(
 RETIRE_AFTER_S = 5.0
 
 
-def retire(store: MessageStore, *views: ConsumeQueueStore | IndexService) -> None:
+#: What a follower (or a rebuild's swap) replaces and closes later.
+type View = ConsumeQueueStore | IndexService | ConsumeQueue
+
+
+def retire(store: MessageStore, *views: View) -> None:
     """Close views replaced more than RETIRE_AFTER_S ago; keep these for later."""
     now = time.monotonic()
-    keep: list[tuple[float, ConsumeQueueStore | IndexService]] = []
+    keep: list[tuple[float, View]] = []
     for since, view in store.retired:
         if now - since >= RETIRE_AFTER_S:
             view.close()
@@ -243,21 +248,36 @@ def open_broker(store: MessageStore, last_exit_ok: bool) -> None:
     load_derived_views(store)
     limit = dispatch_limit(progress)
     store.reput_offset = max(min(limit, end), store.commit_log.min_offset)
-    # The next queue offsets: what the ConsumeQueues hold, plus the records not dispatched.
-    table = store.commit_log.queue_offsets
-    table.clear()
-    for topic in store.queues.topics():
-        for queue_id, queue in store.queues.queues(topic).items():
-            table[(topic, queue_id)] = queue.max_offset
-    for item in store.commit_log.iter_dispatch(
-        store.reput_offset, end, 1 << 62, store.delay_levels_ms
-    ):
-        if isinstance(item, DispatchRequest) and _takes_queue(item):
-            key = (item.topic, item.queue_id)
-            table[key] = max(table.get(key, 0), item.queue_offset + 1)
-    store.quarantine.next_queue_offsets(table)
+    # The next queue offsets: what the ConsumeQueues hold, the queue offset snapshot (a lost
+    # ConsumeQueue must not restart at 0), and the records after the older of the two.
+    snapshot = offset_table.usable_snapshot(store, end)
+    begin = store.reput_offset if snapshot is None else min(snapshot.log_offset, store.reput_offset)
+    scan = offset_table.scan_after(store, max(begin, store.commit_log.min_offset), end)
+    offset_table.set_queue_offsets(store, snapshot, scan, dict(store.queues.damaged))
+    store.queue_snapshot = snapshot
     for slot in (Slot.CLEANUP_GENERATION, Slot.ATTACH_COUNT, Slot.INDEX_GENERATION):
         store.seen.setdefault(slot, progress.get(slot))
+
+
+def publish_standalone(store: MessageStore, last_exit_ok: bool) -> None:
+    """After a standalone writer's recovery: its offsets and a new generation, for the
+    followers (tools, Celery workers started later)."""
+    progress = store.progress
+    if progress is None:
+        return
+    end = store.commit_log.max_offset
+    for slot in (Slot.MAX_OFFSET, Slot.CONFIRM_OFFSET, Slot.FLUSHED_OFFSET):
+        progress.set(slot, end)
+    progress.set(Slot.RECOVERED_END, end)
+    progress.set(Slot.LAST_EXIT_OK, 1 if last_exit_ok else 0)
+    progress.set(Slot.WRITER_PID, os.getpid())
+    progress.set(Slot.REPUT_OFFSET, store.reput_offset)
+    generation = progress.increment(Slot.GENERATION)
+    progress.set(Slot.REPUT_GENERATION, generation)
+    full_disk.quietly(  # the workers keep the geometry published last time
+        lambda: publish_config(store.root, store.config),
+        f"store {store.root}: store.json not published",
+    )
 
 
 def publish_append(store: MessageStore, end: int = -1) -> None:
@@ -295,6 +315,8 @@ def housekeeping(store: MessageStore) -> None:
     seen = store.seen
     if progress.get(Slot.ATTACH_COUNT) != seen.get(Slot.ATTACH_COUNT):
         load_derived_views(store)
+    if store.role == "broker":
+        derived_start.follow_rebuild(store)
     cleanup = progress.get(Slot.CLEANUP_GENERATION)
     if cleanup != seen.get(Slot.CLEANUP_GENERATION):
         seen[Slot.CLEANUP_GENERATION] = cleanup
@@ -502,6 +524,7 @@ def attach(store: MessageStore) -> None:
     store.checkpoint = Checkpoint.load(store.root / "checkpoint")
     filled = max(store.checkpoint.index_msg_timestamp, progress.get(Slot.INDEX_TIMESTAMP))
     store.checkpoint.index_msg_timestamp = filled
+    derived_start.before_load(store)  # a swap of rebuilt files a crash interrupted
     queues = new_queues(store, readonly=False)
     queues.load()
     index = new_index(store, readonly=False)
@@ -537,6 +560,9 @@ def attach(store: MessageStore) -> None:
     for topic in queues.topics():
         for queue in queues.queues(topic).values():
             queue.correct_min_offset(store.commit_log.min_offset)
+    # The start check (derived_start.py): damaged queues and index get rebuilt by the
+    # rebuild service; the broker refuses puts to those queues once it sees the job.
+    derived_start.settle_attached(store, cut)
     visible = max(store.reput_offset, dispatched)
     if first_in_generation:
         progress.set(Slot.REPUT_OFFSET, visible)

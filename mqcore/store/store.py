@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +28,15 @@ from types import TracebackType
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import DiskFullError, StoreClosedError, ValidationError
 from mqcore.message import Message, MessageExt
-from mqcore.store import dispatch_scan, dispatch_write, full_disk, queries, roles
+from mqcore.store import (
+    derived_start,
+    dispatch_scan,
+    dispatch_write,
+    full_disk,
+    offset_table,
+    queries,
+    roles,
+)
 from mqcore.store.arrivals import ArrivalsListener
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.commit_log import CommitLog, PendingRecord
@@ -44,8 +51,9 @@ from mqcore.store.msgid import UniqKeyGenerator, create_offset_msg_id
 from mqcore.store.pending import DEFAULT_BORN_HOST, pending_record
 from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.prefault import Prefaulter, start_prefaulter
-from mqcore.store.progress import Progress, Slot, publish_config
+from mqcore.store.progress import Progress, Slot
 from mqcore.store.quarantine import Quarantine
+from mqcore.store.queue_snapshot import QueueOffsetSnapshot
 from mqcore.store.record_layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -53,7 +61,7 @@ from mqcore.store.record_layout import (
 )
 from mqcore.store.record_views import RecordsResult
 from mqcore.store.recovery import RecoveryReport, recover
-from mqcore.store.refusals import DISK_SOURCES, RETRY_S, SELF_RETRIED, Refusals
+from mqcore.store.refusals import DISK_SOURCES, Refusals
 from mqcore.store.results import (
     BatchPutResults,
     GetResult,
@@ -77,8 +85,7 @@ _DISPATCH_BATCH = 1024
 #: a fixed amount per batch more than per record.
 _COLUMNS_BATCH = 4096
 #: Less new CommitLog than this goes the request path: the column path costs ~200 us a call
-#: whatever its size (some 100 numpy calls), the request path ~20 us plus ~8-10 us a record
-#: (even: ~20-30 records of 230 bytes; a produce of one record: 139 -> 22 us of reput).
+#: whatever its size, the request path ~20 us plus ~8-10 us a record.
 _COLUMNS_MIN_BYTES = 4 * 1024
 #: Topic names that passed ``validate_topic`` are remembered (up to this many) to skip the regex.
 _VALID_TOPICS_MAX = 10_000
@@ -138,19 +145,27 @@ class MessageStore:
         )
         self.checkpoint = Checkpoint(self.root / "checkpoint")
         self.recovery: RecoveryReport | None = None
+        #: Damaged queues being rebuilt, and why: puts to them are refused (``derived_start``).
+        self.rebuilding_queues: dict[tuple[str, int], str] = {}
+        #: Why the index is damaged ("" when it is not); its rebuild clears it.
+        self.index_damage = ""
+        #: The last queue offset snapshot written or read (``queue_snapshot.py``).
+        self.queue_snapshot: QueueOffsetSnapshot | None = None
+        #: Broker role: the rebuild job files' mtimes last read (``derived_start``).
+        self.seen_rebuild: tuple[int, ...] = ()
+        self.queues.on_topic_deleted = lambda topic: offset_table.forget_topic(self, topic)
         #: Problems (kept until acknowledged) and conditions of this store (``health.py``).
         self.health = StoreHealth(self.root, self.clock, readonly=readonly)
         #: Corrupt CommitLog ranges, kept in place and skipped (``quarantine.py``).
         self.quarantine = Quarantine(self.root, self.clock, readonly=readonly, health=self.health)
         self.commit_log.quarantine = self.quarantine
         self.reput_offset = 0
-        #: Why puts are refused, by source (``refusals.py``); ``writable`` while none.
+        #: Why puts are refused, by source (``refusals.py``); ``writable`` while none, else
+        #: ``unwritable_reason`` says why (e.g. the disk-full check).
         self._refusals = Refusals()
-        self._retry_refused_at = 0.0
         self.writable = not readonly and role != "services"
         if not self.writable:
             self._refusals.set("opened", f"opened {'read-only' if readonly else role}")
-        #: Why puts are refused while ``writable`` is False (e.g. the disk-full check).
         self.unwritable_reason = self._refusals.reason
         #: Offsets shared with the other processes (``progress.py``); None when read-only.
         self.progress: Progress | None = None
@@ -161,7 +176,7 @@ class MessageStore:
         self.seen: dict[Slot, int] = {}
         self.publish_lock = threading.Lock()
         #: Followers: replaced views of the derived files, closed a little later.
-        self.retired: list[tuple[float, ConsumeQueueStore | IndexService]] = []
+        self.retired: list[tuple[float, roles.View]] = []
         self._follow_lock = threading.RLock()
         self._service_locks = ServiceLocks(self.root, CONTINUOUS_SERVICES)
         self._lock = StoreLock(self.root)
@@ -221,6 +236,8 @@ class MessageStore:
             roles.open_broker(self, last_exit_ok)
             full_disk.write_abort(self)
             return
+        if not self.readonly:
+            derived_start.before_load(self)
         self.commit_log.load()
         self.queues.load()
         self.checkpoint = Checkpoint.load(self.root / "checkpoint")
@@ -240,7 +257,7 @@ class MessageStore:
                 readonly=True,
             )
             self.reput_offset = self.recovery.end_offset
-            self._rebuild_queue_offsets()
+            offset_table.set_queue_offsets(self, None, offset_table.Scan({}, {}), {})
             return
         stall = full_disk.DispatchStall()  # a full disk stops recovery's dispatch, not the start
         self.recovery = recover(
@@ -253,38 +270,12 @@ class MessageStore:
             index_dispatch=stall.wrap(self._dispatch_index),
         )
         self.reput_offset = self.recovery.end_offset
-        self._rebuild_queue_offsets()
+        derived_start.settle(self)
         full_disk.pause_dispatch(self, stall)  # if the disk was full: reput goes on later
         self.queues.clean_expired(self.commit_log.min_offset)
         full_disk.flush_checkpoint(self)
         full_disk.write_abort(self)
-        self._publish_standalone(last_exit_ok)
-
-    def _publish_standalone(self, last_exit_ok: bool) -> None:
-        progress = self.progress
-        if progress is None:
-            return
-        end = self.commit_log.max_offset
-        for slot in (Slot.MAX_OFFSET, Slot.CONFIRM_OFFSET, Slot.FLUSHED_OFFSET):
-            progress.set(slot, end)
-        progress.set(Slot.RECOVERED_END, end)
-        progress.set(Slot.LAST_EXIT_OK, 1 if last_exit_ok else 0)
-        progress.set(Slot.WRITER_PID, os.getpid())
-        progress.set(Slot.REPUT_OFFSET, self.reput_offset)
-        generation = progress.increment(Slot.GENERATION)
-        progress.set(Slot.REPUT_GENERATION, generation)
-        full_disk.quietly(  # the workers keep the geometry published last time
-            lambda: publish_config(self.root, self.config),
-            f"store {self.root}: store.json not published",
-        )
-
-    def _rebuild_queue_offsets(self) -> None:
-        table = self.commit_log.queue_offsets
-        table.clear()
-        for topic in self.queues.topics():
-            for queue_id, queue in self.queues.queues(topic).items():
-                table[(topic, queue_id)] = queue.max_offset
-        self.quarantine.next_queue_offsets(table)
+        roles.publish_standalone(self, last_exit_ok)
 
     def close(self) -> None:
         """Dispatch what is left, flush everything, remove ``abort`` and unlock."""
@@ -309,6 +300,7 @@ class MessageStore:
             self.index.flush()
             self._update_checkpoint_times()
             full_disk.flush_checkpoint(self)
+            offset_table.save_snapshot(self)
         caught_up = self.reput_offset >= self.commit_log.max_offset
         self._open = False
         roles.close_retired(self)
@@ -330,6 +322,7 @@ class MessageStore:
         if self.role == "broker":
             while self.commit_log.flush(0):
                 pass
+            offset_table.save_snapshot(self)
             roles.publish_append(self)
             progress.set(Slot.WRITER_PID, 0)
             caught_up = (
@@ -398,6 +391,8 @@ class MessageStore:
             return []
         if not self.writable and not self._retry_refused():
             return self._refused(msgs, queue_id)
+        if self.rebuilding_queues and (refused := derived_start.refused_puts(self, msgs, queue_id)):
+            return refused
         try:
             plain = self._put_plain(msgs, queue_id)
             return plain if plain is not None else self._put_general(msgs, queue_id)
@@ -411,13 +406,15 @@ class MessageStore:
         one reservation of UNIQ_KEYs, as there), making those messages only for a batch the
         plain path does not take (``plain_batch.encode_plain_columns``). Thread-safe."""
         self._check_open()
-        if not columns.bodies or not self.writable:
+        if (
+            not columns.bodies
+            or not self.writable
+            or (columns.topic, queue_id) in self.rebuilding_queues
+        ):
             return self.put_batch(columns.to_messages(), queue_id)
         try:
-            plain = self._put_plain(columns, queue_id)
-            return (
-                plain if plain is not None else self._put_general(columns.to_messages(), queue_id)
-            )
+            put = self._put_plain(columns, queue_id)
+            return put if put is not None else self._put_general(columns.to_messages(), queue_id)
         except DiskFullError as exc:  # raised before a byte was written
             return self._refused(columns.to_messages(), queue_id, exc)
 
@@ -426,19 +423,17 @@ class MessageStore:
     ) -> list[PutResult]:
         """SERVICE_NOT_AVAILABLE, with why, for each message; ``exc``: refuse from now on."""
         if exc is not None:
-            self._retry_refused_at = time.monotonic() + RETRY_S
+            self._refusals.hold_off()
             self.set_writable(False, str(exc), source="space")
         why, status = self.unwritable_reason, PutStatus.SERVICE_NOT_AVAILABLE
         return [RefusedPutResult(status, m.topic, queue_id, reason=why) for m in msgs]
 
     def _retry_refused(self) -> bool:
-        """A refused put's second look, off the hot path: whether puts go now. The refusals
-        the store lifts itself (``SELF_RETRIED``) are tried again every ``RETRY_S`` at most."""
-        sources, now = self._refusals.sources, time.monotonic()
-        if not sources <= SELF_RETRIED or now < self._retry_refused_at:
+        """A refused put's second look, off the hot path (``Refusals.retry_due``): whether
+        puts go now."""
+        if not self._refusals.retry_due():
             return False
-        self._retry_refused_at = now + RETRY_S
-        if "abort" in sources and full_disk.write_abort(self):
+        if "abort" in self._refusals and full_disk.write_abort(self):
             self.set_writable(True, "", source="abort")
         self.set_writable(True, "", source="space")  # the put itself tries the reservation
         return self.writable

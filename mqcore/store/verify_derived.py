@@ -1,12 +1,20 @@
 """Passes 2 and 3 of the offline check (``verify.py``): derived files against the CommitLog.
 
+* Rebuilds: side files, a job or a swap journal left in ``<root>/rebuild`` (``rebuild_dir``)
+  mean a rebuild is unfinished: the store is half built until the next start or
+  ``rebuildindex`` finishes it, so each is a defect (never "OK").
 * ConsumeQueues: units up to the first invalid one (spec 3.1). Each must point at a valid
   record of its own topic and queue, with the record's size, QUEUEOFFSET and tag code; phys
-  offsets strictly increase; only zeros follow the end. Every record the CommitLog pass
-  counted must have its unit (after a crash, missing units are only noted: the next start
-  dispatches them).
-* IndexFiles: ``IndexService.check`` (headers, slot chains), then every entry must point at a
-  valid record one of whose keys (``UNIQ_KEY``, ``KEYS``, spec 4.4) has the entry's hash, with
+  offsets strictly increase; only zeros follow the end. Blank units after real ones are the
+  offsets of records missing from the CommitLog (a note). Every record the CommitLog pass
+  counted must have its unit: a record missing below its queue's end is a hole (a defect
+  whatever the exit); after a crash, records past the end are only noted (the next start
+  dispatches them), unless the queue's directory is gone though the queue offset snapshot
+  (``queue_snapshot.py``) knew its files. After a clean exit each queue must also reach the
+  next offset its snapshot gives, unless its records all expired.
+* IndexFiles: files that do not open (cut short, a header past the dimensions), then
+  ``IndexService.check`` (headers, slot chains), then every entry must point at a valid
+  record one of whose keys (``UNIQ_KEY``, ``KEYS``, spec 4.4) has the entry's hash, with
   the time_diff its store time gives (entry 1 excepted: RocketMQ computes it against the
   previous file's end, spec 4.5).
 
@@ -24,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mqcore.errors import CorruptIndexError, StoreError
+from mqcore.store import queue_snapshot, rebuild_dir
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.consume_queue import BLANK_SIZE, CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
 from mqcore.store.format import Corrupt, DispatchRequest, decode_dispatch
@@ -48,7 +57,9 @@ __all__ = [
     "RecordReader",
     "check_index",
     "check_queues",
+    "entry_problems",
     "takes_unit",
+    "unit_problem",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -167,6 +178,8 @@ class _QueuePass:
         self.progress = progress
 
     def run(self) -> list[QueueInfo]:
+        for line in rebuild_dir.unfinished(self.directory.parent):
+            self.findings.defect(f"{line} (the next start or rebuildindex finishes it)")
         dirs = self._queue_dirs()
         total = sum(len(segment_paths(d)) for _, _, d in dirs) * self.file_size
         done = 0
@@ -178,6 +191,11 @@ class _QueuePass:
             except StoreError as exc:
                 self.findings.defect(f"consumequeue/{topic}/{queue_id}: {exc}")
                 continue
+            for path, length in queue.segments.extended_files:
+                self.findings.defect(
+                    f"consumequeue/{topic}/{queue_id}/{path.name}: cut short, {length} bytes of "
+                    f"{self.file_size} (the next start rebuilds the queue)"
+                )
             try:
                 info = self._check_queue(queue)
             finally:
@@ -216,8 +234,9 @@ class _QueuePass:
         state = _QueueState(info, name)
         for mapped in files:
             buf = mapped.buffer
-            for pos in range(0, mapped.file_size, _UNIT_CHUNK_BYTES):
-                data = buf[pos : pos + _UNIT_CHUNK_BYTES]
+            whole = mapped.file_size - mapped.file_size % CQ_UNIT_SIZE  # a cut file: its units
+            for pos in range(0, whole, _UNIT_CHUNK_BYTES):
+                data = buf[pos : min(pos + _UNIT_CHUNK_BYTES, whole)]
                 first = (mapped.base_offset + pos) // CQ_UNIT_SIZE
                 if state.ended:
                     state.after_end(data)
@@ -229,6 +248,11 @@ class _QueuePass:
                         state.garbage += 1
         if not state.ended and files:
             info.max_offset = (files[-1].base_offset + files[-1].file_size) // CQ_UNIT_SIZE
+        if state.gap_blanks:
+            self.findings.notes.append(
+                f"{name}: {state.gap_blanks} blank unit(s) after real units: offsets of records "
+                "missing from the CommitLog (a record there without its unit is counted below)"
+            )
         if state.garbage:
             self.findings.defect(
                 f"{name}: {state.garbage} non-zero units after the end of the queue at offset "
@@ -245,8 +269,9 @@ class _QueuePass:
             return
         if phys == 0 and size == BLANK_SIZE:
             if state.seen_real:
-                self.findings.defect(f"{state.name} offset {offset}: blank unit after real units")
-            info.min_offset = offset + 1
+                state.gap_blanks += 1  # a record missing from the CommitLog keeps its offset
+            else:
+                info.min_offset = offset + 1
             return
         state.seen_real = True
         where = f"{state.name} offset {offset} (phys {phys})"
@@ -257,17 +282,27 @@ class _QueuePass:
         if record is None:
             info.expired_units += 1
             return
-        problem = _unit_problem(record, info, offset, size, tags)
+        problem = unit_problem(record, info.topic, info.queue_id, offset, size, tags)
         if problem:
             self.findings.defect(f"{where}: {problem}")
         else:
             info.units_ok += 1
 
     def _check_coverage(self, infos: list[QueueInfo]) -> None:
+        """Every record of a queue has its unit at its queue offset. After a crash, records
+        past the queue's end may wait for the next start to dispatch them (a note); a record
+        missing below the end is a hole, and a queue whose directory is gone though the
+        queue offset snapshot knew its files (``queue_snapshot.py``) is lost: both are
+        defects whatever the exit. After a clean exit, each queue also reaches the next
+        offset its snapshot gives, unless its records all expired."""
         found = {(q.topic, q.queue_id): q for q in infos}
+        snapshot = self._snapshot()
+        known = snapshot.entries if snapshot is not None else {}
+        reported: set[tuple[str, int]] = set()
         for (topic, queue_id), tally in sorted(self.tallies.items()):
             queue = found.get((topic, queue_id))
             covered = queue.units_ok if queue else 0
+            end = queue.max_offset if queue else 0
             if queue:
                 queue.log_records = tally.records
             missing = tally.records - covered
@@ -276,12 +311,54 @@ class _QueuePass:
             text = (
                 f"consumequeue/{topic}/{queue_id}: {missing} of its {tally.records} records "
                 f"in the CommitLog have no unit (the log reaches queue offset "
-                f"{tally.last_queue_offset}, the queue ends at {queue.max_offset if queue else 0})"
+                f"{tally.last_queue_offset}, the queue ends at {end})"
             )
-            if self.findings.last_exit_ok:
+            at_tail = missing <= tally.last_queue_offset + 1 - end
+            entry = known.get((topic, queue_id))
+            lost = (
+                queue is None
+                and snapshot is not None
+                and entry is not None
+                and self.reader.min_offset < entry.last_phys_end < snapshot.log_offset
+            )
+            reported.add((topic, queue_id))
+            if self.findings.last_exit_ok or not at_tail:
                 self.findings.defect(text)
+            elif lost:
+                self.findings.defect(text + "; its directory is gone (the next start rebuilds it)")
             else:
                 self.findings.notes.append(text + "; the next start dispatches them")
+        if snapshot is not None and self.findings.last_exit_ok:
+            self._check_snapshot(snapshot, found, reported)
+
+    def _snapshot(self) -> queue_snapshot.QueueOffsetSnapshot | None:
+        snapshot = queue_snapshot.read(self.directory.parent)
+        if snapshot is not None and snapshot.log_offset > self.reader.end_offset:
+            self.findings.notes.append(
+                f"queue offset snapshot taken at {snapshot.log_offset}, past the CommitLog end"
+            )
+            return None
+        return snapshot
+
+    def _check_snapshot(
+        self,
+        snapshot: queue_snapshot.QueueOffsetSnapshot,
+        found: dict[tuple[str, int], QueueInfo],
+        reported: set[tuple[str, int]],
+    ) -> None:
+        for (topic, queue_id), entry in sorted(snapshot.entries.items()):
+            queue = found.get((topic, queue_id))
+            end = queue.max_offset if queue else 0
+            if (
+                (topic, queue_id) in reported
+                or end >= entry.next_offset
+                or 0 <= entry.last_phys_end <= self.reader.min_offset
+            ):
+                continue
+            self.findings.defect(
+                f"consumequeue/{topic}/{queue_id}: ends at queue offset {end}, below "
+                f"{entry.next_offset} in the queue offset snapshot (the next start rebuilds it)"
+            )
 
 
 @dataclass
@@ -292,6 +369,7 @@ class _QueueState:
     seen_real: bool = False
     last_phys: int = -1
     garbage: int = 0
+    gap_blanks: int = 0
 
     def end(self, offset: int) -> None:
         self.ended = True
@@ -302,12 +380,14 @@ class _QueueState:
             self.garbage += sum(1 for unit in CQ_UNIT.iter_unpack(data) if any(unit))
 
 
-def _unit_problem(
-    record: DispatchRequest | str, info: QueueInfo, offset: int, size: int, tags: int
+def unit_problem(
+    record: DispatchRequest | str, topic: str, queue_id: int, offset: int, size: int, tags: int
 ) -> str:
+    """What is wrong with the unit (``offset``: its queue offset; ``size``, ``tags``: its
+    fields) of queue ``topic``/``queue_id`` pointing at ``record`` ("" when nothing)."""
     if isinstance(record, str):
         return f"points at {record}"
-    if (record.topic, record.queue_id) != (info.topic, info.queue_id):
+    if (record.topic, record.queue_id) != (topic, queue_id):
         return f"points at a record of {record.topic}/{record.queue_id}"
     if not takes_unit(record.sys_flag):
         return "points at a prepared or rolled-back transaction record"
@@ -344,6 +424,8 @@ class _IndexPass:
         try:
             service.load(True, 0)
             files = service.files
+            for name, why in service.damaged_files:
+                self.findings.defect(f"index/{name}: {why}")
             for line in service.check():
                 self.findings.defect(f"index/{line}")
         except (CorruptIndexError, ValueError):
@@ -404,25 +486,30 @@ class _IndexPass:
             info.expired_entries += 1
             return
         where = f"index/{f.name} entry {index} (phys {phys})"
-        if isinstance(record, str):
-            self.findings.defect(f"{where}: points at {record}")
-            return
-        if record.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
-            self.findings.defect(f"{where}: points at a rolled-back transaction record")
-        keys = [*split_keys(record.keys), *([record.uniq_key] if record.uniq_key else [])]
-        if key_hash not in {index_key_hash(f"{record.topic}#{key}") for key in keys}:
-            self.findings.defect(
-                f"{where}: key hash {key_hash} matches no key of the record "
-                f"(topic {record.topic}, keys {keys})"
-            )
-        if index > 1 and f.begin_timestamp > 0:
-            expected = min(
-                max((record.store_timestamp - f.begin_timestamp) // 1000, 0), MAX_TIME_DIFF
-            )
-            if diff != expected:
-                self.findings.defect(
-                    f"{where}: time_diff {diff}s, the record's store time gives {expected}s"
-                )
+        for problem in entry_problems(record, index, key_hash, diff, f.begin_timestamp):
+            self.findings.defect(f"{where}: {problem}")
+
+
+def entry_problems(
+    record: DispatchRequest | str, index: int, key_hash: int, diff: int, begin_timestamp: int
+) -> list[str]:
+    """What is wrong with index entry ``index`` (its ``key_hash`` and ``time_diff``, in a
+    file beginning at ``begin_timestamp``) pointing at ``record``; empty when nothing."""
+    if isinstance(record, str):
+        return [f"points at {record}"]
+    problems: list[str] = []
+    if record.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+        problems.append("points at a rolled-back transaction record")
+    keys = [*split_keys(record.keys), *([record.uniq_key] if record.uniq_key else [])]
+    if key_hash not in {index_key_hash(f"{record.topic}#{key}") for key in keys}:
+        problems.append(
+            f"key hash {key_hash} matches no key of the record (topic {record.topic}, keys {keys})"
+        )
+    if index > 1 and begin_timestamp > 0:
+        expected = min(max((record.store_timestamp - begin_timestamp) // 1000, 0), MAX_TIME_DIFF)
+        if diff != expected:
+            problems.append(f"time_diff {diff}s, the record's store time gives {expected}s")
+    return problems
 
 
 def check_queues(

@@ -85,6 +85,7 @@ def test_second_broker_on_the_same_store_is_refused(tmp_path: Path) -> None:
             "cleanup",
             "index",
             "disk_guard",
+            "snapshot",
             "delay_delivery",
             "offsets_persist",
             "deletion_journal",

@@ -200,6 +200,20 @@ def test_check_lists_the_quarantine_and_never_says_ok(
     assert [q["offset"] for q in report["quarantine"]] == [victim.phys_offset]
 
 
+def test_check_fails_on_a_half_built_store(store: tuple[Path, Oracle], tmp_path: Path) -> None:
+    """A swap of rebuilt files a kill interrupted: check says so and exits 1, never OK."""
+    root = copy(store[0], tmp_path)
+    (root / "rebuild").mkdir()
+    (root / "rebuild" / "swap.json").write_text('{"moves": []}')
+    result = run_cli("check", root)
+    assert result.returncode == 1, result.stdout
+    assert (
+        "defect: rebuild/swap.json: a swap of rebuilt files was interrupted (the next start "
+        "or rebuildindex finishes it)"
+    ) in result.stdout
+    assert result.stdout.rstrip().splitlines()[-1].startswith("summary: FAILED, 1 defect")
+
+
 def test_check_with_a_wrong_segment_size_is_a_defect(store: tuple[Path, Oracle]) -> None:
     result = run_cli("check", store[0], "--commitlog-file-size", "32K")
     assert result.returncode == 1

@@ -315,3 +315,50 @@ def test_two_workers_never_both_hold_a_service(
     # Two holders at once would have written the same ConsumeQueue slots twice or left gaps.
     for queue_id in range(4):
         assert bodies(broker, queue_id) == expected(total, queue_id)
+
+
+def test_a_worker_rebuilds_damaged_derived_files_and_the_broker_follows(
+    workers: Workers, store_dir: Path
+) -> None:
+    """Celery mode heals too: the reput holder's attach finds a ConsumeQueue directory gone
+    and an IndexFile cut short, the rebuild runs on the worker (``cairn.index_build``), the
+    broker refuses puts to the queue until the worker swapped the rebuilt one in."""
+    import shutil
+
+    from mqcore.store.results import RefusedPutResult
+
+    with MessageStore(store_dir, CFG) as standalone:
+        put_batch(standalone, 0, 4_000)
+    shutil.rmtree(store_dir / "consumequeue" / "Orders" / "2")
+    index = sorted((store_dir / "index").iterdir())
+    os.truncate(index[0], 999)
+    broker = MessageStore(store_dir, CFG, role=inline.store_role("celery")).open()
+    try:
+        assert broker.commit_log.queue_offsets[("Orders", 2)] == 1_000  # not 0
+        workers.start("healer", CAIRN_REPUT_ENSURE_S="1")
+        wait_for(
+            lambda: (broker.follow_others(), ("Orders", 2) in broker.rebuilding_queues)[1],
+            "the worker's start check",
+            workers,
+        )
+        refused = broker.put_message(Message("Orders", b"x"), 2)
+        assert isinstance(refused, RefusedPutResult) and "Orders/2" in refused.reason
+        wait_for(
+            lambda: (
+                broker.follow_others(),
+                not broker.rebuilding_queues and not broker.index_damage,
+            )[1],
+            "the rebuild",
+            workers,
+        )
+        assert bodies(broker, 2) == expected(4_000, 2)
+        assert broker.put_message(Message("Orders", b"x"), 2).queue_offset == 1_000
+        wait_for(
+            lambda: all(
+                broker.query_by_key("Orders", f"K{k}", 0, 2**62) for k in range(0, 4_000, 37)
+            ),
+            "the rebuilt index",
+            workers,
+        )
+    finally:
+        broker.close()

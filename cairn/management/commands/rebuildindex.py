@@ -4,6 +4,11 @@ For stores whose derived files were lost or corrupted (``mqcore.services.index_b
 
 * Broker stopped: the store is opened for itself; the index is rebuilt and installed, or with
   ``--queues`` every ConsumeQueue and index file is rebuilt from the whole CommitLog.
+
+Every rebuild is built beside the live files and swapped in through a journal
+(``mqcore.store.rebuild_dir``): killed at any moment, the store holds the old files or the
+new ones, and the next start (or run) completes or discards what was left. Errors, damaged
+files included, are one line (``CommandError``).
 * Broker running (either ``CAIRN_SERVICES`` mode): the index is built aside in this process
   while the broker keeps serving, and the process running reput (the broker's thread, or a
   Celery worker) installs it; ``--celery`` hands the build itself to a worker instead.
@@ -96,9 +101,9 @@ class Command(BaseCommand):
         root = Path(options["store"] or settings.CAIRN["STORE_DIR"]).resolve()
         if not (root / "commitlog").is_dir():
             raise CommandError(f"{root} holds no CommitLog")
-        config = worker_store_config(root, os.environ)
         progress = Progress(self.stdout)
         try:
+            config = worker_store_config(root, os.environ)
             store = MessageStore(root, config).open()
         except StoreLockedError:
             if options["queues"]:
@@ -108,12 +113,17 @@ class Command(BaseCommand):
                 ) from None
             self._online(root, config, options, progress)
             return
+        except (MQError, OSError, ValueError) as exc:
+            raise CommandError(f"cannot open the store {root}: {exc}") from None
         try:
             self._offline(store, options, progress)
-        except MQError as exc:
-            raise CommandError(str(exc)) from None
+        except (MQError, OSError) as exc:
+            raise CommandError(f"rebuild of {root} failed: {exc}") from None
         finally:
-            store.close()
+            try:
+                store.close()
+            except (MQError, OSError) as exc:
+                self.stderr.write(f"closing the store {root} failed: {exc}")
 
     def _offline(self, store: MessageStore, options: dict[str, Any], progress: Progress) -> None:
         if options["queues"]:
@@ -128,6 +138,12 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"Rebuilt from {records:,} records."))
             return
         self.stdout.write(f"Rebuilding the index of {store.root}")
+        if store.rebuilding_queues:
+            names = ", ".join(f"{t}/{q}" for t, q in sorted(store.rebuilding_queues))
+            self.stdout.write(
+                f"Note: ConsumeQueue(s) {names} are damaged; `rebuildindex --queues` rebuilds "
+                "them now, or the broker does at its next start."
+            )
         job = index_build.rebuild(
             store,
             SystemClock(),
@@ -144,24 +160,27 @@ class Command(BaseCommand):
         if options["celery"]:
             from workers.app import app
 
-            app.send_task(
-                "cairn.index_build",
-                kwargs={
-                    "store_dir": str(root),
-                    "start": True,
-                    "from_offset": options["from_offset"],
-                },
-            )
+            try:
+                app.send_task(
+                    "cairn.index_build",
+                    kwargs={
+                        "store_dir": str(root),
+                        "start": True,
+                        "from_offset": options["from_offset"],
+                    },
+                )
+            except Exception as exc:  # kombu's connection errors have no common base
+                raise CommandError(f"could not hand the build to Celery: {exc}") from None
         else:
-            with MessageStore(root, config, role="services") as store:
-                try:
+            try:
+                with MessageStore(root, config, role="services") as store:
                     job = index_build.start(store, clock, from_offset=options["from_offset"])
                     while job.state == "building":
                         index_build.step(store, clock, max_bytes=options["step_bytes"])
                         job = index_build.load_job(root) or job
                         self._show(job, progress)
-                except MQError as exc:
-                    raise CommandError(str(exc)) from None
+            except (MQError, OSError) as exc:
+                raise CommandError(f"index build of {root} failed: {exc}") from None
         self._wait_installed(root, options["wait"], progress)
 
     def _wait_installed(self, root: Path, wait_s: float, progress: Progress) -> None:

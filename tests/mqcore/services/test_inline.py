@@ -26,7 +26,7 @@ def test_inline_loops_make_messages_consumable(tmp_path: Path) -> None:
     with MessageStore(tmp_path, SMALL, role=inline.store_role("inline")) as store:
         loops = inline.build_service_loops(store, probe=lambda _p: 0.1)
         names = [loop.name for loop in loops]
-        assert names == ["reput", "flush", "cleanup", "index", "disk_guard"]
+        assert names == ["reput", "flush", "cleanup", "index", "disk_guard", "snapshot"]
         dispatched = threading.Event()
         store.add_listener(lambda r: dispatched.set() if r.queue_offset == 9 else None)
         for loop in loops:
@@ -39,20 +39,24 @@ def test_inline_loops_make_messages_consumable(tmp_path: Path) -> None:
             for loop in loops:
                 loop.stop()
         assert status["mode"] == "inline"
-        assert set(status["services"]) == {"reput", "flush", "cleanup", "index", "disk_guard"}
+        assert set(status["services"]) == {
+            "reput", "flush", "cleanup", "index", "disk_guard", "snapshot",
+        }  # fmt: skip
         assert status["services"]["reput"]["runs"] >= 1
         assert status["writable"] and status["unwritable_reason"] == ""
         assert status["progress"]["generation"] == 1
 
 
-def test_celery_mode_broker_runs_only_the_follow_loop_and_the_disk_guard(tmp_path: Path) -> None:
+def test_celery_mode_broker_runs_the_follow_disk_guard_and_snapshot_loops(
+    tmp_path: Path,
+) -> None:
     broker = MessageStore(tmp_path, SMALL, role=inline.store_role("celery")).open()
     worker = MessageStore(tmp_path, SMALL, role="services").open()
     try:
-        loop, guard = inline.build_service_loops(
+        loop, guard, snapshot = inline.build_service_loops(
             broker, services=ServicesConfig(follow_interval_ms=3_600_000)
         )
-        assert (loop.name, guard.name) == ("follow", "disk_guard")
+        assert (loop.name, guard.name, snapshot.name) == ("follow", "disk_guard", "snapshot")
         seen: list[DispatchRequest] = []
         last = threading.Event()
         broker.add_listener(lambda r: (seen.append(r), last.set() if len(seen) == 30 else None))

@@ -30,8 +30,15 @@ def test_inline_tiered_loops_upload_and_report(tmp_path: Path) -> None:
         )
         names = [loop.name for loop in loops]
         assert names == [
-            "reput", "flush", "cleanup", "index", "disk_guard", "tiered_upload", "tiered_retention"
-        ]  # fmt: skip
+            "reput",
+            "flush",
+            "cleanup",
+            "index",
+            "disk_guard",
+            "snapshot",
+            "tiered_upload",
+            "tiered_retention",
+        ]
         by_name = {loop.name: loop for loop in loops}
         assert by_name["tiered_retention"].interval_s == tiered.RETENTION_INTERVAL_S
         for loop in loops:

@@ -9,6 +9,7 @@ impossible)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from mqcore.store import GetStatus, MessageStore, PutStatus, StoreConfig
 from mqcore.store.index_file import IndexFile
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.prefault import Prefaulter
+from mqcore.store.refusals import RETRY_S
 from mqcore.store.segments import MappedFileQueue
 from tests.support.tmpfs import PAGE, fill, mounted_tmpfs, shrink
 
@@ -277,7 +279,7 @@ def test_a_start_that_cannot_create_its_abort_marker_refuses_puts_until_it_can(
             assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
             for path in spare:
                 path.unlink()
-            store._retry_refused_at = 0.0  # the retry waits a second; no sleep in tests
+            time.sleep(RETRY_S)  # a refused put looks again at most once a second
             assert store.put_message(Message("A", b"yes")).ok  # the retry wrote the marker
             assert (root / "abort").read_text() == str(os.getpid())
             assert store.writable

@@ -302,8 +302,63 @@ def test_missing_units_are_a_defect_only_after_a_clean_exit(
         f"(the log reaches queue offset {count - 1}, the queue ends at 0)"
     ]
     (root / "abort").write_text("1")
+    report = check(root)  # after a crash too: the snapshot knew the queue had files
+    assert report.defects == [
+        f"consumequeue/orders/2: {count} of its {count} records in the CommitLog have no unit "
+        f"(the log reaches queue offset {count - 1}, the queue ends at 0); its directory is "
+        "gone (the next start rebuilds it)"
+    ]
+
+
+def test_units_missing_at_the_tail_after_a_crash_are_a_note(
+    good_store: tuple[Path, Oracle], tmp_path: Path
+) -> None:
+    """A crash between the CommitLog and reput leaves records without units at a queue's
+    end: the next start dispatches them."""
+    root = copy_store(good_store[0], tmp_path)
+    count = len([e for e in good_store[1].messages if (e.topic, e.queue_id) == ("orders", 2)])
+    path = sorted((root / "consumequeue" / "orders" / "2").iterdir())[-1]
+    cut = (count % 100 - 3) * 20
+    patch(path, cut, bytes(3 * 20))  # the last three units never written
     report = check(root)
-    assert report.ok and any("the next start dispatches them" in n for n in report.notes)
+    assert len(report.defects) == 1  # after a clean exit, a defect
+    (root / "abort").write_text("1")
+    report = check(root)
+    assert report.ok, report.defects
+    assert any("3 of its" in n and "the next start dispatches them" in n for n in report.notes)
+
+
+def test_a_hole_in_a_queue_is_a_defect_whatever_the_exit(
+    good_store: tuple[Path, Oracle], tmp_path: Path
+) -> None:
+    root = copy_store(good_store[0], tmp_path)
+    (root / "abort").write_text("1")
+    path = sorted((root / "consumequeue" / "orders" / "1").iterdir())[0]
+    patch(path, 20 * 10, CQ_UNIT.pack(0, 2**31 - 1, 0))  # a blank where a record is
+    report = check(root)
+    assert any("1 of its" in d and "have no unit" in d for d in report.defects), report.defects
+
+
+def test_an_unfinished_rebuild_is_a_defect(good_store: tuple[Path, Oracle], tmp_path: Path) -> None:
+    """Side files of a rebuild that was killed: the store is half built until the next start
+    (or rebuildindex) finishes or discards them; check never says OK then."""
+    root = copy_store(good_store[0], tmp_path)
+    side = root / "rebuild" / "consumequeue" / "orders" / "1"
+    side.mkdir(parents=True)
+    (side / "00000000000000000000").write_bytes(bytes(2000))
+    report = check(root)
+    assert report.defects == [
+        "rebuild/consumequeue: side files of an unfinished rebuild (the next start or "
+        "rebuildindex finishes it)"
+    ]
+    (root / "rebuild" / "queues.json").write_text(
+        '{"state": "building", "scope": "all", "queues": []}'
+    )
+    report = check(root)
+    assert report.defects == [
+        "rebuild/queues.json: ConsumeQueue rebuild building (all queues) (the next start or "
+        "rebuildindex finishes it)"
+    ]
 
 
 # --- index defects --------------------------------------------------------------------------
@@ -358,3 +413,26 @@ def test_index_geometry_defaults_and_given_values(tmp_path: Path) -> None:
     assert g.index_max_entries == (index_file_size(5_000_000, 20_000_000) - 40 - 4_000_000) // 20
     with pytest.raises(ValidationError):
         infer_geometry(tmp_path, index_max_entries=21_000_000)
+
+
+def test_cut_short_queue_and_index_files_are_defects(
+    good_store: tuple[Path, Oracle], tmp_path: Path
+) -> None:
+    """And the index geometry still comes from the other files."""
+    root = copy_store(good_store[0], tmp_path)
+    index = sorted((root / "index").iterdir())
+    os.truncate(index[0], 1000)
+    queue = sorted((root / "consumequeue" / "orders" / "1").iterdir())[0]
+    os.truncate(queue, 333)
+    geometry = infer_geometry(root)
+    assert (geometry.index_hash_slots, geometry.index_max_entries) == (7, 120)
+    report = check(root)
+    size = index_file_size(7, 120)
+    cut = (
+        f"consumequeue/orders/1/{queue.name}: cut short, 333 bytes of 2000 (the next start "
+        "rebuilds the queue)"
+    )
+    assert cut in report.defects
+    assert f"index/{index[0].name}: 1000 bytes, expected {size} for 7 slots x 120 entries" in (
+        report.defects
+    )

@@ -1,0 +1,201 @@
+"""The start check's sampled checks (derived_check.py) on real files with bytes changed by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mqcore.message import Message
+from mqcore.store import MessageStore, StoreConfig
+from mqcore.store import derived_check as dc
+from mqcore.store.consume_queue import _UNIT_DTYPE, BLANK_SIZE, CQ_UNIT
+from mqcore.store.index_file import ENTRY, ENTRY_FIELD_OFFSETS, HEADER, HEADER_FIELD_OFFSETS, SLOT
+
+CONFIG = StoreConfig(
+    commitlog_file_size=64 * 1024,
+    consume_queue_file_entries=50,
+    index_hash_slots=11,
+    index_max_entries=400,
+)
+COUNT = 600
+
+
+@pytest.fixture(scope="module")
+def good_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("good")
+    with MessageStore(root, CONFIG) as store:
+        for i in range(COUNT):
+            msg = Message("Orders", f"order {i}".encode(), tags=f"T{i % 4}", keys=[f"K{i}"])
+            assert store.put_message(msg, i % 3).ok
+    return root
+
+
+def copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst / "store")
+    return dst / "store"
+
+
+def patch(path: Path, pos: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+def xor(path: Path, pos: int, mask: int = 0x10) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        byte = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([byte ^ mask]))
+
+
+def queue_findings(root: Path) -> dict[tuple[str, int], str]:
+    with MessageStore(root, CONFIG, readonly=True) as store:
+        queues = [q for t in store.queues.topics() for q in store.queues.queues(t).values()]
+        return dc.check_queues(queues, store.commit_log, store.commit_log.max_offset)
+
+
+def index_finding(root: Path) -> str:
+    with MessageStore(root, CONFIG, readonly=True) as store:
+        return dc.check_index(store.index, store.commit_log, store.commit_log.max_offset)
+
+
+def queue_file(root: Path, queue_id: int, n: int) -> Path:
+    return sorted((root / "consumequeue" / "Orders" / str(queue_id)).iterdir())[n]
+
+
+def index_file(root: Path, n: int) -> Path:
+    return sorted((root / "index").iterdir())[n]
+
+
+def test_spread_and_shares() -> None:
+    assert dc.spread(10, 3) == [0, 4, 9] or dc.spread(10, 3) == [0, 5, 9]
+    assert dc.spread(3, 10) == [0, 1, 2]
+    assert dc.spread(5, 1) == [4]
+    assert dc.spread(0, 4) == []
+    assert dc.shares([10, 20], 100) == [10, 20]
+    assert dc.shares([1000, 3000, 1], 400) == [99, 299, 1]  # in proportion, each at least 1
+
+
+def units(*rows: tuple[int, int, int]) -> np.ndarray:
+    return np.frombuffer(b"".join(CQ_UNIT.pack(*r) for r in rows), dtype=_UNIT_DTYPE)
+
+
+def test_structure_problem() -> None:
+    assert dc.structure_problem(units((0, BLANK_SIZE, 0), (100, 10, 0), (110, 5, 0)), 7, -1) == ""
+    assert "invalid unit at queue offset 8" in dc.structure_problem(
+        units((100, 10, 0), (110, 0, 0)), 7, -1
+    )
+    assert "overlaps" in dc.structure_problem(units((100, 10, 0), (105, 5, 0)), 0, -1)
+    assert "overlaps" in dc.structure_problem(units((100, 10, 0), (50, 5, 0)), 0, -1)
+    assert "does not follow" in dc.structure_problem(units((100, 10, 0)), 0, 100)
+
+
+def test_a_good_store_has_no_finding(good_store: Path) -> None:
+    assert queue_findings(good_store) == {}
+    assert index_finding(good_store) == ""
+
+
+def test_an_index_file_that_does_not_open_is_noted(good_store: Path, tmp_path: Path) -> None:
+    root = copy(good_store, tmp_path)
+    path = index_file(root, 1)
+    xor(path, HEADER_FIELD_OFFSETS["index_count"] + 2, 0x40)  # index_count > max_entries
+    with MessageStore(root, CONFIG, readonly=True) as store:
+        assert [name for name, _ in store.index.damaged_files] == [path.name]
+        assert "index_count" in store.index.damaged_files[0][1]
+    assert path.exists()  # read-only: left where it is
+
+
+@pytest.mark.parametrize(
+    ("field_pos", "mask", "expect"),
+    [
+        (3, 0x01, "overlaps"),  # phys_offset, a high byte
+        (7, 0x01, "points at"),  # phys_offset, the lowest bit: off by one byte
+        (11, 0x04, "size"),  # size
+        (19, 0x01, "tag code"),  # tags_code
+    ],
+)
+def test_a_flipped_unit_field_is_found(
+    good_store: Path, tmp_path: Path, field_pos: int, mask: int, expect: str
+) -> None:
+    root = copy(good_store, tmp_path)
+    xor(queue_file(root, 1, 2), 20 * 17 + field_pos, mask)
+    findings = queue_findings(root)
+    assert list(findings) == [("Orders", 1)]
+    assert expect in findings[("Orders", 1)]
+
+
+def test_a_unit_of_another_queue_is_found(good_store: Path, tmp_path: Path) -> None:
+    root = copy(good_store, tmp_path)
+    other = queue_file(root, 2, 0).read_bytes()[20 * 5 : 20 * 6]
+    patch(queue_file(root, 1, 0), 20 * 5, other)  # points at an Orders/2 record
+    findings = queue_findings(root)
+    assert "of Orders/2" in findings[("Orders", 1)] or "overlaps" in findings[("Orders", 1)]
+
+
+def test_every_unit_is_checked_when_the_store_is_small(good_store: Path, tmp_path: Path) -> None:
+    """600 records fit the record budget: a tag flip in any unit is found."""
+    for n, pos in enumerate((0, 49, 150, 199)):
+        root = copy(good_store, tmp_path / str(n))
+        queue = pos // 50
+        xor(queue_file(root, 0, queue), 20 * (pos % 50) + 19, 0x02)
+        assert ("Orders", 0) in queue_findings(root), pos
+
+
+def test_a_big_store_is_sampled_within_the_budget(
+    good_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dc, "RECORD_BUDGET", 12)
+    with MessageStore(good_store, CONFIG, readonly=True) as store:
+        queues = [q for q in store.queues.queues("Orders").values()]
+        reads: list[int] = []
+        reader = dc.RecordReader(store.commit_log, store.commit_log.max_offset, set())
+        real_at = reader.at
+
+        def counting(phys: int) -> object:
+            reads.append(phys)
+            return real_at(phys)
+
+        reader.at = counting  # type: ignore[method-assign]
+        budget = dc.Budget(records=12)
+        for queue, share in zip(queues, dc.shares([200, 200, 200], 12), strict=True):
+            assert dc.check_queue(queue, reader, budget, share) == ""
+        # Every file of every queue gets its ends read: 3 queues x 4 files x 2.
+        assert 12 <= len(reads) <= 3 * 4 * 2
+
+
+@pytest.mark.parametrize(
+    ("where", "expect"),
+    [
+        ("header_count", "slot"),  # 16 entries fewer: slots point past the count
+        ("header_slots", "hash_slot_count"),
+        ("slot", "slot"),
+        ("entry_phys", "points at"),
+        ("entry_hash", "slot"),  # the entry lands in another slot than its chain's
+        ("entry_prev", "prev"),
+    ],
+)
+def test_a_flipped_index_byte_is_found(
+    good_store: Path, tmp_path: Path, where: str, expect: str
+) -> None:
+    root = copy(good_store, tmp_path)
+    path = index_file(root, 1)
+    entries_at = HEADER.size + CONFIG.index_hash_slots * SLOT.size
+    entry = entries_at + 57 * ENTRY.size
+    positions = {
+        "header_count": (HEADER_FIELD_OFFSETS["index_count"] + 3, 0x10),
+        "header_slots": (HEADER_FIELD_OFFSETS["hash_slot_count"] + 3, 0x10),
+        "slot": (HEADER.size + 4 * 3 + 3, 0x01),
+        "entry_phys": (entry + ENTRY_FIELD_OFFSETS["phys_offset"] + 7, 0x01),
+        "entry_hash": (entry + ENTRY_FIELD_OFFSETS["key_hash"] + 3, 0x01),
+        "entry_prev": (entry + ENTRY_FIELD_OFFSETS["prev_index"] + 3, 0x04),
+    }
+    pos, mask = positions[where]
+    xor(path, pos, mask)
+    finding = index_finding(root)
+    assert finding.startswith(f"index/{path.name}: "), finding
+    assert expect in finding, finding
