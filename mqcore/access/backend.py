@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mqcore.access.authorizer import Authorizer, Subject
-from mqcore.access.model import AclEntry
+from mqcore.access.model import AclEntry, AclFilter
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +113,19 @@ class AccessBackend(Protocol):
         """Count a routine action that is not logged one by one (consumer commits)."""
         ...
 
+    def acl_entries(self, selected: AclFilter) -> list[AclEntry]:
+        """The stored entries ``selected`` matches (DescribeAcls, ``GET /api/v1/acls``)."""
+        ...
+
+    def create_acls(self, subject: Subject, entries: list[AclEntry]) -> list[str | None]:
+        """Store each entry (an existing equal entry is kept, not doubled); per entry None or
+        why it was refused. Audited. The caller has checked ``subject`` may (CLUSTER ALTER)."""
+        ...
+
+    def delete_acls(self, subject: Subject, selected: AclFilter) -> list[AclEntry]:
+        """Delete the entries ``selected`` matches; return them. Audited."""
+        ...
+
 
 @dataclass
 class StaticAccess:
@@ -188,3 +201,24 @@ class StaticAccess:
 
     def count(self, subject: Subject, action: str) -> None:
         self.counted[action] = self.counted.get(action, 0) + 1
+
+    def acl_entries(self, selected: AclFilter) -> list[AclEntry]:
+        return [e for e in self._authorizer.entries if selected.matches(e)]
+
+    def create_acls(self, subject: Subject, entries: list[AclEntry]) -> list[str | None]:
+        with self._lock:
+            kept = list(self._authorizer.entries)
+            kept += [e for e in dict.fromkeys(entries) if e not in kept]
+            self._authorizer = Authorizer(kept, version=self._authorizer.version + 1)
+        for e in entries:
+            self.audit(subject, "acl.create", "acl", str(e.principal), None, e.as_dict())
+        return [None for _ in entries]
+
+    def delete_acls(self, subject: Subject, selected: AclFilter) -> list[AclEntry]:
+        with self._lock:
+            gone = [e for e in self._authorizer.entries if selected.matches(e)]
+            kept = [e for e in self._authorizer.entries if not selected.matches(e)]
+            self._authorizer = Authorizer(kept, version=self._authorizer.version + 1)
+        for e in gone:
+            self.audit(subject, "acl.delete", "acl", str(e.principal), e.as_dict(), None)
+        return gone

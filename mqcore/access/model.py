@@ -241,3 +241,50 @@ class AclEntry:
             "operation": self.operation.label,
             "permission": self.permission.label,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    """Which entries a DescribeAcls/DeleteAcls (or a REST query) is about; None = any.
+
+    ``pattern`` follows Kafka's ``PatternType`` filters: ``"any"`` (either pattern type,
+    name equal), ``"literal"`` / ``"prefixed"`` (that type, name equal), or ``"match"``:
+    every entry that would apply to a resource named ``resource_name`` (literal equal or
+    ``*``, or prefixed with a prefix of the name).
+    """
+
+    principal: Principal | None = None
+    host: str | None = None
+    resource_type: ResourceType | None = None
+    resource_name: str | None = None
+    pattern: str = "any"
+    operation: Operation | None = None
+    permission: Permission | None = None
+
+    def __post_init__(self) -> None:
+        if self.pattern not in ("any", "literal", "prefixed", "match"):
+            raise ValidationError(
+                "pattern_type", "choice", "pattern_type must be any, literal, prefixed or match"
+            )
+
+    def matches(self, entry: AclEntry) -> bool:
+        """Whether ``entry`` is one this filter selects."""
+        if self.principal is not None and entry.principal != self.principal:
+            return False
+        if self.host is not None and entry.host != self.host:
+            return False
+        if self.resource_type is not None and entry.resource_type is not self.resource_type:
+            return False
+        if self.operation is not None and entry.operation is not self.operation:
+            return False
+        if self.permission is not None and entry.permission is not self.permission:
+            return False
+        if self.pattern in ("literal", "prefixed") and entry.pattern_type.label != self.pattern:
+            return False
+        if self.resource_name is None:
+            return True
+        if self.pattern == "match":
+            if entry.pattern_type is PatternType.PREFIXED:
+                return self.resource_name.startswith(entry.resource_name)
+            return entry.resource_name in (WILDCARD, self.resource_name)
+        return entry.resource_name == self.resource_name

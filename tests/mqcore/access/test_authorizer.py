@@ -12,8 +12,10 @@ from mqcore.access.authorizer import (
     CachedDecisions,
     Subject,
 )
+from mqcore.access.backend import LoginRefused, StaticAccess
 from mqcore.access.model import (
     AclEntry,
+    AclFilter,
     Operation,
     PatternType,
     Permission,
@@ -144,3 +146,41 @@ def test_parsing_names_the_field_and_rule() -> None:
         "operation": "read",
         "permission": "allow",
     }
+
+
+def test_filters_select_entries_as_kafka_does() -> None:
+    literal = entry("User:a", Operation.READ, "orders.eu", PatternType.LITERAL)
+    prefixed = entry("User:b", Operation.WRITE, "orders.")
+    star = entry("User:c", Operation.READ, "*", PatternType.LITERAL)
+    other = entry("User:a", Operation.READ, "pay", PatternType.LITERAL)
+    everything = [literal, prefixed, star, other]
+
+    def chosen(**kwargs: object) -> list[AclEntry]:
+        selected = AclFilter(**kwargs)  # type: ignore[arg-type]
+        return [e for e in everything if selected.matches(e)]
+
+    assert chosen() == everything
+    assert chosen(resource_name="orders.eu") == [literal]
+    assert chosen(resource_name="orders.eu", pattern="match") == [literal, prefixed, star]
+    assert chosen(pattern="prefixed") == [prefixed]
+    assert chosen(principal=Principal.parse("User:a")) == [literal, other]
+    assert chosen(operation=Operation.WRITE, permission=Permission.ALLOW) == [prefixed]
+    with pytest.raises(ValidationError):
+        AclFilter(pattern="regex")
+
+
+def test_static_access_manages_and_audits_entries() -> None:
+    access = StaticAccess(users={"root": ("admin", ("pw",))})
+    root = Subject("root", "admin", "127.0.0.1", "kafka")
+    allow = entry("User:svc", Operation.WRITE)
+    before = access.authorizer().version
+    assert access.create_acls(root, [allow, allow]) == [None, None]
+    assert access.acl_entries(AclFilter()) == [allow]
+    assert access.authorizer().version > before
+    assert access.authorizer().allowed(Subject("svc", None), Operation.WRITE, ORDERS)
+    assert access.delete_acls(root, AclFilter(principal=Principal.parse("User:svc"))) == [allow]
+    assert [a[1] for a in access.audited] == ["acl.create", "acl.create", "acl.delete"]
+    assert isinstance(access.authenticate_password("root", "nope", "h", "kafka"), LoginRefused)
+    assert access.authenticate_password("root", "pw", "h", "kafka") == Subject(
+        "root", "admin", "h", "kafka"
+    )
