@@ -332,7 +332,12 @@ def test_session_cookie_authenticates_a_browser(orders: Broker) -> None:
 
     async def scenario() -> None:
         comm = connect(
-            "/ws/trace/", headers=[(b"origin", b"http://127.0.0.1:8080"), (b"cookie", cookie)]
+            "/ws/trace/",
+            headers=[
+                (b"origin", b"http://127.0.0.1:8080"),
+                (b"host", b"127.0.0.1:8080"),
+                (b"cookie", cookie),
+            ],
         )
         assert (await comm.connect())[0]
         await comm.send_json_to({"topic": "Orders", "key": "k", "begin": 0, "end": None})
