@@ -9,7 +9,8 @@ key that does not belong to the certificate; an expired or not yet valid certifi
 gets a warning from :func:`validity_warning` (the operator may be replacing it).
 
 :func:`twisted_options` turns the credentials into the Twisted TLS options the HTTP listener
-(daphne) uses: TLS 1.2 or newer, the whole chain sent, no client certificates asked for.
+(daphne) uses: TLS 1.2 or newer (1.2 with forward-secret AEAD suites only), the whole chain
+sent, no client certificates asked for.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
+
+#: Private keys a TLS server can sign its handshake with (what OpenSSL takes).
+SigningKey = (
+    rsa.RSAPrivateKey
+    | ec.EllipticCurvePrivateKey
+    | ed25519.Ed25519PrivateKey
+    | ed448.Ed448PrivateKey
+    | dsa.DSAPrivateKey
+)
 
 
 class TLSConfigError(ValueError):
@@ -35,7 +45,7 @@ class ServerCredentials:
     cert_path: Path
     key_path: Path
     chain: tuple[x509.Certificate, ...]
-    key: PrivateKeyTypes
+    key: SigningKey
 
     @property
     def certificate(self) -> x509.Certificate:
@@ -81,6 +91,11 @@ def load(cert_path: Path, key_path: Path) -> ServerCredentials:
             f"CAIRN_TLS_KEY {key_path}: no PEM private key in it "
             "(expected a -----BEGIN PRIVATE KEY----- block)"
         ) from None
+    if not isinstance(key, SigningKey):
+        raise TLSConfigError(
+            f"CAIRN_TLS_KEY {key_path}: a {type(key).__name__} cannot sign a TLS handshake "
+            "(expected an RSA, EC or EdDSA key)"
+        )
     if _public_der(key.public_key()) != _public_der(chain[0].public_key()):
         raise TLSConfigError(
             f"CAIRN_TLS_KEY {key_path} is not the private key of the certificate in "
@@ -116,14 +131,32 @@ def validity_warning(
     return None
 
 
-def twisted_options(credentials: ServerCredentials) -> Any:
-    """Twisted's server TLS options for these credentials (TLS 1.2 at least)."""
-    from OpenSSL import crypto
-    from twisted.internet import ssl
+#: TLS 1.2 suites: forward secrecy and AEAD only (TLS 1.3 has its own, all of them AEAD).
+TLS12_CIPHERS = b"ECDHE+AESGCM:ECDHE+CHACHA20"
 
-    return ssl.CertificateOptions(
-        privateKey=crypto.PKey.from_cryptography_key(credentials.key),  # type: ignore[arg-type]
-        certificate=crypto.X509.from_cryptography(credentials.certificate),
-        extraCertChain=[crypto.X509.from_cryptography(c) for c in credentials.chain[1:]],
-        raiseMinimumTo=ssl.TLSVersion.TLSv1_2,
-    )
+
+class ServerContextFactory:
+    """What Twisted's TLS layer asks for a server context (``getContext``): one OpenSSL
+    context for the listener, with the certificate, the rest of the chain and the key."""
+
+    def __init__(self, credentials: ServerCredentials) -> None:
+        from OpenSSL import SSL
+
+        ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
+        ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
+        ctx.set_cipher_list(TLS12_CIPHERS)
+        ctx.set_options(SSL.OP_NO_COMPRESSION)
+        ctx.use_certificate(credentials.certificate)
+        for intermediate in credentials.chain[1:]:
+            ctx.add_extra_chain_cert(intermediate)
+        ctx.use_privatekey(credentials.key)
+        ctx.check_privatekey()
+        self._context = ctx
+
+    def getContext(self) -> Any:  # Twisted's name for it
+        return self._context
+
+
+def twisted_options(credentials: ServerCredentials) -> ServerContextFactory:
+    """The context factory daphne's listener is wrapped with (``runbroker``)."""
+    return ServerContextFactory(credentials)

@@ -13,8 +13,9 @@ from django.urls import URLPattern, path
 from webui.auth import websocket_stack
 from webui.consumers import TraceConsumer
 
-#: Largest WebSocket message (and frame) the server reads; a bigger one closes the connection
-#: with 1009 before the application sees it (``runbroker`` gives it to daphne). Subscribe frames
+#: Largest WebSocket message (and frame) the server reads; on a bigger one the server drops the
+#: connection before the application sees it (autobahn under daphne fails it without a close
+#: frame: a browser reports 1006). ``runbroker`` gives it to daphne. Subscribe frames
 #: are refused above a much smaller size with an error frame (``webui.trace.MAX_FRAME_CHARS``).
 MAX_MESSAGE_BYTES = 256 * 1024
 

@@ -25,7 +25,7 @@ DEFAULT_LIMIT = 100
 MAX_KEY_LENGTH = 1024
 #: Longest subscribe frame (characters); a real one is a few hundred. Longer frames get
 #: ``bad_request`` (rule ``max_size``) before they are parsed. The WebSocket server itself
-#: closes the connection on a message above ``webui.routing.MAX_MESSAGE_BYTES`` (code 1009).
+#: drops the connection on a message above ``webui.routing.MAX_MESSAGE_BYTES``.
 MAX_FRAME_CHARS = 16 * 1024
 #: Deepest nesting of arrays and objects a frame may have (a real one has 1): deeper frames
 #: get ``bad_request`` (rule ``depth``) without being parsed, so a frame of thousands of

@@ -12,7 +12,7 @@ and SIGTERM stop the reactor; the runtime is then stopped so the store is closed
 With ``CAIRN_TLS_CERT`` and ``CAIRN_TLS_KEY`` the HTTP port speaks HTTPS and WSS only: the
 files are checked before anything starts (:mod:`cairn.tls`; a bad pair is one line and exit
 status 1) and daphne's connections are wrapped in Twisted's TLS (see :class:`_Server`).
-WebSocket messages above ``webui.routing.MAX_MESSAGE_BYTES`` close the connection (1009).
+On a WebSocket message above ``webui.routing.MAX_MESSAGE_BYTES`` daphne drops the connection.
 """
 
 from __future__ import annotations
