@@ -51,7 +51,7 @@ from mqcore.access.authorizer import CachedDecisions, Subject
 from mqcore.access.model import WILDCARD, Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import MQError, NotFoundError
-from webui.access import authorizer
+from webui import access
 from webui.bridge import bridge, group_for_topic
 from webui.trace import (
     TraceRequest,
@@ -143,7 +143,7 @@ class TraceConsumer(AsyncWebsocketConsumer):
         return True
 
     def _read_decision(self, topic: str) -> Any:
-        return self._decisions.check(authorizer(), Operation.READ, Resource.topic(topic))
+        return self._decisions.check(access.authorizer(), Operation.READ, Resource.topic(topic))
 
     def _may_read(self, topic: Any) -> bool:
         return isinstance(topic, str) and self._read_decision(topic).allowed
