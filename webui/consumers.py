@@ -47,7 +47,7 @@ from django.contrib.auth import get_user_model
 
 from api.roles import role_of
 from cairn import runtime
-from mqcore.access.authorizer import CachedDecisions, Subject
+from mqcore.access.authorizer import CachedDecisions, Decision, Subject
 from mqcore.access.model import WILDCARD, Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import MQError, NotFoundError
@@ -142,7 +142,7 @@ class TraceConsumer(AsyncWebsocketConsumer):
             )
         return True
 
-    def _read_decision(self, topic: str) -> Any:
+    def _read_decision(self, topic: str) -> Decision:
         return self._decisions.check(access.authorizer(), Operation.READ, Resource.topic(topic))
 
     def _may_read(self, topic: Any) -> bool:
