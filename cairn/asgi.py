@@ -10,21 +10,23 @@ import django  # noqa: E402
 django.setup(set_prefix=False)
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from cairn.gc_policy import settle_long_lived  # noqa: E402
 from cairn.handler import OneHopASGIHandler  # noqa: E402
 from cairn.malloc_policy import keep_large_buffers  # noqa: E402
+from cairn.static import StaticFiles  # noqa: E402
 from webui.metrics import sampler  # noqa: E402
 from webui.routing import websocket_application  # noqa: E402
 
 # HTTP: Django with the middleware chain and the view in one thread hop (cairn.handler).
 django_http = OneHopASGIHandler()
 
-# WebSocket: origin check, session or ?token= authentication, then the routes (webui.auth).
+# Static files: only those the finders list at start, by name (cairn.static says why).
+# WebSocket: origin check (webui.origin), session or ?token= authentication (webui.auth),
+# then the routes (webui.routing).
 application = ProtocolTypeRouter(
     {
-        "http": ASGIStaticFilesHandler(django_http),
+        "http": StaticFiles(django_http),
         "websocket": websocket_application(),
     }
 )

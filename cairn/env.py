@@ -93,6 +93,27 @@ VARIABLES: tuple[Variable, ...] = (
         "localhost,127.0.0.1,[::1]",
         "Comma-separated host names the HTTP server answers to.",
     ),
+    # -- the HTTP listener's security (README "Serving over HTTPS") --
+    Variable(
+        "CAIRN_TLS_CERT",
+        "(unset)",
+        "PEM file: the server certificate, then any intermediate certificates. With `CAIRN_TLS_KEY` the HTTP port speaks HTTPS and WSS only (REST, console, live trace): Secure cookies, HSTS.",
+    ),
+    Variable(
+        "CAIRN_TLS_KEY",
+        "(unset)",
+        "PEM file: the certificate's private key (unencrypted; keep it mode 600).",
+    ),
+    Variable(
+        "CAIRN_HSTS_SECONDS",
+        "31536000",
+        "With TLS on: the `Strict-Transport-Security` max-age browsers keep (0 sends none).",
+    ),
+    Variable(
+        "CAIRN_ALLOWED_ORIGINS",
+        "(unset)",
+        "Comma-separated origins (`https://console.example.com`) besides the broker's own whose pages may post the console's forms and open the live-trace WebSocket, e.g. a reverse proxy's public address.",
+    ),
     Variable("CAIRN_LOG_LEVEL", "INFO", "Log level of the broker process."),
     Variable(
         "CAIRN_COMMITLOG_FILE_SIZE",
@@ -301,6 +322,75 @@ def get_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise SystemExit(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
     return value
+
+
+def tls_files() -> tuple[Path, Path] | None:
+    """``(CAIRN_TLS_CERT, CAIRN_TLS_KEY)`` as absolute paths, or None when neither is set.
+
+    Only the settings are checked here (one without the other is an error); the files are
+    read and checked when the broker starts (:mod:`cairn.tls`), so that commands which do not
+    serve (``migrate``, ``createtoken``) run wherever the certificate lives.
+    """
+    cert, key = get("CAIRN_TLS_CERT", ""), get("CAIRN_TLS_KEY", "")
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        missing = "CAIRN_TLS_KEY" if cert else "CAIRN_TLS_CERT"
+        raise SystemExit(
+            f"{missing}: required with {'CAIRN_TLS_CERT' if cert else 'CAIRN_TLS_KEY'} "
+            "(TLS needs the certificate and its private key)"
+        )
+    return (BASE_DIR / cert).resolve(), (BASE_DIR / key).resolve()
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def parse_origin(text: str) -> tuple[str, str, int]:
+    """``scheme://host[:port]`` as ``(scheme, host, port)``: lower case, IPv6 hosts without
+    brackets, the scheme's default port filled in.
+
+    Raises:
+        ValueError: not an http(s) origin (a path, query, user or wildcard in it, a bad port).
+    """
+    try:
+        parsed = urlparse(text.strip())
+        port = parsed.port
+    except ValueError:
+        raise ValueError(f"{text!r} has a bad port") from None
+    scheme = parsed.scheme.lower()
+    host = (parsed.hostname or "").lower()
+    if (
+        scheme not in _DEFAULT_PORTS
+        or not host
+        or "*" in host
+        or parsed.path not in ("", "/")
+        or parsed.params
+        or parsed.query
+        or parsed.fragment
+        or parsed.username is not None
+    ):
+        raise ValueError(f"{text!r} is not an origin (expected http(s)://host[:port], no path)")
+    return scheme, host, port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def origin_text(origin: tuple[str, str, int]) -> str:
+    """An origin as a browser writes it in ``Origin``: no default port, IPv6 in brackets."""
+    scheme, host, port = origin
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}" if port == _DEFAULT_PORTS[scheme] else f"{scheme}://{shown}:{port}"
+
+
+def allowed_origins() -> tuple[tuple[str, str, int], ...]:
+    """``CAIRN_ALLOWED_ORIGINS``, each parsed by :func:`parse_origin`."""
+    found = []
+    for part in get("CAIRN_ALLOWED_ORIGINS", "").split(","):
+        if part.strip():
+            try:
+                found.append(parse_origin(part))
+            except ValueError as exc:
+                raise SystemExit(f"CAIRN_ALLOWED_ORIGINS: {exc}") from None
+    return tuple(found)
 
 
 def data_dir() -> Path:

@@ -173,6 +173,41 @@ CAIRN = {
     "ARCHIVE_DIR": env.archive_dir(),
 }
 
+# -- The HTTP listener's security (README "Serving over HTTPS"; issue 18) ------------------
+# CAIRN_TLS_CERT / CAIRN_TLS_KEY: runbroker serves HTTPS and WSS on the HTTP port (cairn.tls).
+# The files are checked when the broker starts; here only whether TLS is on matters.
+CAIRN_TLS_FILES = env.tls_files()
+CAIRN_HTTPS = CAIRN_TLS_FILES is not None
+# Cookies go over TLS only when the broker speaks it. There is no reverse-proxy mode
+# (SECURE_PROXY_SSL_HEADER stays unset): a proxy that terminates TLS lists its public origin in
+# CAIRN_ALLOWED_ORIGINS, and the cookies between it and the broker are not marked Secure.
+SESSION_COOKIE_SECURE = CAIRN_HTTPS
+CSRF_COOKIE_SECURE = CAIRN_HTTPS
+# Sent by SecurityMiddleware on HTTPS responses only (never over plain HTTP, where it means
+# nothing and a browser ignores it).
+SECURE_HSTS_SECONDS = env.get_int("CAIRN_HSTS_SECONDS", 31_536_000) if CAIRN_HTTPS else 0
+# Pages of these origins may post the console's forms (CSRF) and open the live-trace
+# WebSocket (webui.origin), besides the broker's own origin.
+CAIRN_ALLOWED_ORIGINS = env.allowed_origins()
+CSRF_TRUSTED_ORIGINS = [env.origin_text(origin) for origin in CAIRN_ALLOWED_ORIGINS]
+# Every response gets a Content-Security-Policy: scripts, styles, images, fonts and
+# connections (fetch, the live-trace WebSocket) from the broker's own origin only; no inline
+# script or style (the console keeps its JavaScript and CSS in webui/static), no plugins, no
+# <base>, forms post here only, and no page may frame the console (clickjacking).
+MIDDLEWARE = [*MIDDLEWARE, "django.middleware.csp.ContentSecurityPolicyMiddleware"]
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'"],
+    "font-src": ["'self'"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

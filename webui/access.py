@@ -7,7 +7,7 @@ the buttons a role may not use; :func:`console_page` enforces the same rules on 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import wraps
 from typing import Any
 
@@ -17,10 +17,42 @@ from django.shortcuts import render
 
 from api.roles import OPERATOR, VIEWER, has_role, role_of
 from cairn import runtime
+from mqcore.access.authorizer import Authorizer, Subject
+from mqcore.access.model import WILDCARD, Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import NotFoundError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+_ROLES_ONLY = Authorizer()
+
+
+def authorizer() -> Authorizer:
+    """The ACL decision the console's pages and the live trace make
+    (``allowed(Subject(user, role, host, front_end), operation, resource)``).
+
+    The one place they get it from: for now the roles' defaults alone
+    (``mqcore.access.authorizer.ROLE_DEFAULTS``: viewers and up read every topic); with the
+    ACL entries stored in the database, the runtime's current authorizer."""
+    return _ROLES_ONLY
+
+
+def console_subject(request: HttpRequest) -> Subject:
+    """Who asks, for :func:`authorizer`: the logged-in user, its role, its address."""
+    user = request.user
+    return Subject(
+        user.get_username() if user.is_authenticated else None,
+        role_of(user),
+        request.META.get("REMOTE_ADDR") or WILDCARD,
+        "console",
+    )
+
+
+def readable_topics(request: HttpRequest, topics: Iterable[str]) -> list[str]:
+    """Those of ``topics`` the request's user may read (``READ``), in order."""
+    subject, decide = console_subject(request), authorizer()
+    return [t for t in topics if decide.allowed(subject, Operation.READ, Resource.topic(t))]
 
 
 class BrokerDown(Exception):

@@ -3,11 +3,9 @@
 * :class:`QueryTokenAuthMiddleware` sets ``scope["user"]`` from a DRF authtoken given as
   ``?token=<key>``; a token that matches no active user makes the connection anonymous (it
   never falls back to the cookie).
-* :class:`BrowserOriginValidator` refuses a handshake whose ``Origin`` is not one of
-  ``ALLOWED_HOSTS`` (cross-site WebSocket hijacking with the session cookie), like Channels'
-  ``AllowedHostsOriginValidator``, but lets through handshakes *without* an Origin header:
-  browsers always send one, so those come from programs, which must then authenticate with
-  a token (they have no session cookie).
+* :func:`websocket_stack` puts the origin check (:mod:`webui.origin`: the broker's own origin
+  and ``CAIRN_ALLOWED_ORIGINS`` only; handshakes without ``Origin`` come from programs, which
+  must bring a token) before both.
 """
 
 from __future__ import annotations
@@ -18,9 +16,9 @@ from urllib.parse import parse_qs
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.middleware import BaseMiddleware
-from channels.security.websocket import OriginValidator
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+
+from webui.origin import OwnOriginValidator
 
 MAX_TOKEN_LENGTH = 64
 
@@ -47,24 +45,6 @@ class QueryTokenAuthMiddleware(BaseMiddleware):
         return await super().__call__(scope, receive, send)
 
 
-class BrowserOriginValidator(OriginValidator):
-    """See the module docstring."""
-
-    def valid_origin(self, parsed_origin: Any) -> bool:
-        if parsed_origin is None:
-            return True
-        return bool(super().valid_origin(parsed_origin))
-
-
-def _allowed_origin_patterns() -> list[str]:
-    hosts = list(settings.ALLOWED_HOSTS)
-    if settings.DEBUG and not hosts:
-        hosts = ["localhost", "127.0.0.1", "[::1]"]
-    return hosts
-
-
 def websocket_stack(inner: Any) -> Any:
     """Origin check, then session auth, then token auth, around ``inner``."""
-    return BrowserOriginValidator(
-        AuthMiddlewareStack(QueryTokenAuthMiddleware(inner)), _allowed_origin_patterns()
-    )
+    return OwnOriginValidator(AuthMiddlewareStack(QueryTokenAuthMiddleware(inner)))

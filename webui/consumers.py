@@ -9,13 +9,22 @@ Protocol (README "Live trace protocol"): the client sends a subscribe frame
   subscription) or ``update`` (a message already sent whose per-group consume state changed);
 * ``done`` when ``end`` is set and has passed: everything stored up to it was sent; the
   server then closes the socket (code 1000);
-* ``error`` frames: a refused subscribe frame (``bad_request``, ``not_found``,
+* ``error`` frames: a refused subscribe frame (``bad_request``, ``forbidden``, ``not_found``,
   ``unavailable``; send another), or a read that failed (``broker_error``; the
   subscription goes on).
 
 A new subscribe frame replaces the current subscription. The connection needs a logged-in
 user with a role (session cookie, or ``?token=``): others are refused at the handshake
-(close code 4401 unauthenticated, 4403 no role).
+(close code 4401 unauthenticated, 4403 no role); the page that opens it must be the
+broker's own or one of ``CAIRN_ALLOWED_ORIGINS`` (:mod:`webui.origin`).
+
+A user sees only topics it may read (``READ`` on the topic, decided by
+:func:`webui.access.authorizer` for the subject ``(user, role, client address, "trace")``):
+a subscription to another topic gets ``forbidden`` (whether or not the topic exists), a
+topic-less one follows only readable topics, and every message is checked again before it is
+sent, so an ACL change applies to a running subscription within a refresh (a topic
+subscription that loses its right gets ``forbidden`` and stops). The role is read again on
+each subscribe frame; a user who lost it is closed with 4403.
 
 Live events come from :mod:`webui.bridge` through the channel layer: the consumer joins the
 group of each topic it follows (one group per topic) and its ``store_appended`` handler
@@ -34,11 +43,15 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth import get_user_model
 
 from api.roles import role_of
 from cairn import runtime
+from mqcore.access.authorizer import CachedDecisions, Decision, Subject
+from mqcore.access.model import WILDCARD, Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import MQError, NotFoundError
+from webui import access
 from webui.bridge import bridge, group_for_topic
 from webui.trace import (
     TraceRequest,
@@ -67,6 +80,11 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _current_role(user: Any) -> str | None:
+    """The user's role as the database has it now (None: gone, disabled or no role)."""
+    return role_of(get_user_model().objects.filter(pk=user.pk).first())
+
+
 class TraceConsumer(AsyncWebsocketConsumer):
     """One browser tab or program following one key (see the module docstring)."""
 
@@ -75,9 +93,13 @@ class TraceConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        if await database_sync_to_async(role_of)(user) is None:
+        role = await database_sync_to_async(role_of)(user)
+        if role is None:
             await self.close(code=CLOSE_NO_ROLE)
             return
+        client = self.scope.get("client") or (WILDCARD, 0)
+        self._user = user
+        self._decisions = CachedDecisions(Subject(user.get_username(), role, client[0], "trace"))
         self._request: TraceRequest | None = None
         self._topics: list[str] = []
         self._buffer: list[dict[str, Any]] | None = None
@@ -100,7 +122,35 @@ class TraceConsumer(AsyncWebsocketConsumer):
             await self._send(exc.frame())
             return
         await self._unsubscribe()
+        if not await self._refresh_role():
+            return
         await self._subscribe(request)
+
+    # -- authorization --------------------------------------------------------------------------
+
+    async def _refresh_role(self) -> bool:
+        """Read the user's role again; close with 4403 if it is gone (module docstring)."""
+        role = await database_sync_to_async(_current_role)(self._user)
+        if role is None:
+            await self._send(error_frame("forbidden", "your account is disabled or has no role"))
+            await self.close(code=CLOSE_NO_ROLE)
+            return False
+        if role != self._decisions.subject.role:
+            subject = self._decisions.subject
+            self._decisions = CachedDecisions(
+                Subject(subject.user, role, subject.host, subject.front_end)
+            )
+        return True
+
+    def _read_decision(self, topic: str) -> Decision:
+        return self._decisions.check(access.authorizer(), Operation.READ, Resource.topic(topic))
+
+    def _may_read(self, topic: Any) -> bool:
+        return isinstance(topic, str) and self._read_decision(topic).allowed
+
+    def _forbidden(self, topic: str) -> dict[str, Any]:
+        reason = self._read_decision(topic).reason
+        return error_frame("forbidden", reason, field="topic", rule="forbidden")
 
     async def _send(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(frame, separators=(",", ":")))
@@ -112,6 +162,9 @@ class TraceConsumer(AsyncWebsocketConsumer):
         broker = rt.broker
         if broker is None or not broker.started or rt.store is None:
             await self._send(error_frame("unavailable", "the broker is not running; retry later"))
+            return
+        if request.topic is not None and not self._may_read(request.topic):
+            await self._send(self._forbidden(request.topic))
             return
         try:
             if request.topic is not None:
@@ -136,7 +189,8 @@ class TraceConsumer(AsyncWebsocketConsumer):
         self._task = asyncio.create_task(self._run(request, broker))
 
     async def _follow(self, topics: list[str]) -> None:
-        new = [t for t in topics if t not in self._topics]
+        """Follow ``topics`` too, those the user may read."""
+        new = [t for t in topics if t not in self._topics and self._may_read(t)]
         bridge.watch(new)
         self._topics.extend(new)
         for topic in new:
@@ -235,6 +289,10 @@ class TraceConsumer(AsyncWebsocketConsumer):
             now = time.monotonic()
             if now - last_refresh >= REFRESH_S:
                 last_refresh = now
+                if request.topic is not None and not self._may_read(request.topic):
+                    await self._send(self._forbidden(request.topic))
+                    await self._unsubscribe()
+                    return
                 await self._refresh(broker)
             if request.topic is None and now - last_topics >= TOPICS_REFRESH_S:
                 last_topics = now
@@ -257,7 +315,7 @@ class TraceConsumer(AsyncWebsocketConsumer):
     async def store_appended(self, event: dict[str, Any]) -> None:
         """A record was dispatched on a followed topic (from :mod:`webui.bridge`)."""
         request = self._request
-        if request is None or not request.matches(event):
+        if request is None or not request.matches(event) or not self._may_read(event.get("topic")):
             return
         if self._buffer is not None:
             self._buffer.append(event)
@@ -289,6 +347,8 @@ class TraceConsumer(AsyncWebsocketConsumer):
         return message_payload(message, broker) if message is not None else None
 
     async def _emit(self, payload: dict[str, Any], source: str) -> None:
+        if not self._may_read(payload["topic"]):
+            return  # the right to read it was taken away since the subscription began
         offset_msg_id = payload["offset_msg_id"]
         if source != "update":
             if offset_msg_id in self._seen:

@@ -23,6 +23,14 @@ from webui.format import body_preview
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
 MAX_KEY_LENGTH = 1024
+#: Longest subscribe frame (characters); a real one is a few hundred. Longer frames get
+#: ``bad_request`` (rule ``max_size``) before they are parsed. The WebSocket server itself
+#: drops the connection on a message above ``webui.routing.MAX_MESSAGE_BYTES``.
+MAX_FRAME_CHARS = 16 * 1024
+#: Deepest nesting of arrays and objects a frame may have (a real one has 1): deeper frames
+#: get ``bad_request`` (rule ``depth``) without being parsed, so a frame of thousands of
+#: ``[`` never reaches the JSON parser's recursion.
+MAX_FRAME_DEPTH = 8
 _FIELDS = {"topic", "key", "begin", "end", "limit"}
 _TIME_MAX = 2**62
 
@@ -94,6 +102,14 @@ def parse_request(text: str | None) -> TraceRequest:
     """
     if not text:
         raise TraceRequestError("", "malformed", "send a JSON object as a text frame")
+    if len(text) > MAX_FRAME_CHARS:
+        raise TraceRequestError(
+            "", "max_size", f"the frame has {len(text)} characters; at most {MAX_FRAME_CHARS}"
+        )
+    if _nested_deeper_than(text, MAX_FRAME_DEPTH):
+        raise TraceRequestError(
+            "", "depth", f"the frame nests arrays or objects deeper than {MAX_FRAME_DEPTH}"
+        )
     try:
         data = json.loads(text)
     except ValueError:
@@ -135,10 +151,36 @@ def parse_request(text: str | None) -> TraceRequest:
     return TraceRequest(topic, key, begin, end, limit)
 
 
+def _nested_deeper_than(text: str, limit: int) -> bool:
+    """Do JSON arrays or objects in ``text`` nest deeper than ``limit``? One pass, brackets
+    inside strings ignored; not a validation (the parser does that)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
 def error_frame(code: str, detail: str, *, field: str = "", rule: str = "") -> dict[str, Any]:
-    """``code``: ``bad_request`` (the subscribe frame), ``not_found`` (unknown topic),
-    ``unavailable`` (the broker is not running), ``broker_error`` (a read failed; the
-    subscription goes on)."""
+    """``code``: ``bad_request`` (the subscribe frame), ``forbidden`` (a topic the user may
+    not read), ``not_found`` (unknown topic), ``unavailable`` (the broker is not running),
+    ``broker_error`` (a read failed; the subscription goes on)."""
     return {"type": "error", "code": code, "detail": detail, "field": field, "rule": rule}
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port, wait_for_port
-from tests.support.manage import broker_env, start_runbroker
+from tests.support.manage import broker_env, create_token, start_runbroker
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +35,8 @@ def test_serves_healthz_and_stops_cleanly(tmp_path: Path) -> None:
             health = json.load(r)
     finally:
         code, out = stop(proc)
-    assert health["status"] == "ok"
-    assert health["store_dir"] == str(tmp_path / "store")
+    assert health == {"status": "ok", "problems": 0, "conditions": 0}  # public: counts only
+    assert f"Cairn broker: http://127.0.0.1:{port}/ (store {tmp_path / 'store'}," in out
     assert (tmp_path / "store").is_dir()
     assert code == 0, out
     assert "Cairn broker stopped." in out
@@ -75,7 +75,12 @@ def test_second_broker_on_the_same_store_is_refused(tmp_path: Path) -> None:
     first = start_broker(tmp_path, first_port)
     try:
         wait_for_port(first_port, 60, first)
-        with urllib.request.urlopen(f"http://127.0.0.1:{first_port}/healthz", timeout=10) as r:
+        token = create_token(broker_env(tmp_path, first_port), "probe", "viewer")
+        detail = urllib.request.Request(
+            f"http://127.0.0.1:{first_port}/healthz?detail=1",
+            headers={"Authorization": f"Token {token}"},
+        )
+        with urllib.request.urlopen(detail, timeout=10) as r:
             health = json.load(r)
         assert health["store"]["dispatch_behind_bytes"] == 0
         # The store's services (inline mode) and the broker's own loops.

@@ -5,24 +5,23 @@ store problem shows on the overview until acknowledged. Every page is saved unde
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import time
-import urllib.request
+from collections import deque
 from typing import Any
 
 import pytest
 
 from mqcore.store.health import StoreHealth
-from tests.e2e.conftest import PASSWORD, Server, log_in, shot
+from tests.e2e.conftest import PASSWORD, Server, log_in, new_context, shot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture
 def page(browser: Any) -> Any:
-    context = browser.new_context(viewport={"width": 1360, "height": 900}, color_scheme="light")
+    context = new_context(browser, viewport={"width": 1360, "height": 900}, color_scheme="light")
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -220,7 +219,7 @@ def test_viewer_sees_no_mutate_buttons(server: Server, browser: Any) -> None:
         token=server.admin_token,
     )
     server.api("POST", "/topics", {"name": "Seen", "read_queue_nums": 1, "write_queue_nums": 1})
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    context = new_context(browser, viewport={"width": 1360, "height": 900})
     page = context.new_page()
     log_in(page, base, "vera")
     page.goto(base + "/topics/")
@@ -236,7 +235,7 @@ def test_viewer_sees_no_mutate_buttons(server: Server, browser: Any) -> None:
     context.close()
 
     # A phone-sized screen: the same pages reflow.
-    phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+    phone = new_context(browser, viewport={"width": 390, "height": 844}, device_scale_factor=2)
     page = phone.new_page()
     log_in(page, base, "vera")
     page.goto(base + "/trace/?key=cust-1&begin_ms=0")
@@ -265,7 +264,7 @@ def test_a_reported_store_problem_is_shown_and_acknowledged(server: Server, page
             {"file": "00000000000000000000", "position": 8192, "length": 256, "reason": "body CRC"},
         )
     )
-    healthz = json.loads(urllib.request.urlopen(base + "/healthz", timeout=10).read())
+    healthz = server.get("/healthz")
     assert (healthz["status"], healthz["problems"]) == ("degraded", 1)
 
     banner = page.locator('[data-testid="health-banner"]')
@@ -284,7 +283,7 @@ def test_a_reported_store_problem_is_shown_and_acknowledged(server: Server, page
     item.get_by_role("button", name="Acknowledge").click()
     expect(page.locator(".flash-success")).to_contain_text("Acknowledged 1 problem")
     expect(banner).to_have_count(0)
-    healthz = json.loads(urllib.request.urlopen(base + "/healthz", timeout=10).read())
+    healthz = server.get("/healthz")
     assert (healthz["status"], healthz["problems"]) == ("ok", 0)
     status = server.api("GET", "/status")["health"]
     assert [(p["id"], p["acknowledged_by"]) for p in status["acknowledged"]] == [
@@ -292,3 +291,55 @@ def test_a_reported_store_problem_is_shown_and_acknowledged(server: Server, page
     ]
     audit = server.api("GET", f"/audit?target={problem_id}", token=server.admin_token)
     assert [e["action"] for e in audit["results"]] == ["problem.acknowledge"]
+
+
+def test_every_page_over_https_is_under_the_csp_without_violations(
+    server: Server, page: Any
+) -> None:
+    """The console over HTTPS: Secure session and CSRF cookies, HSTS and the CSP on every page
+    reachable from the overview's links, and no CSP violation on any of them (each is a
+    console error, which the ``page`` fixture fails on)."""
+    from playwright.sync_api import expect
+
+    base = server.base
+    server.api("POST", "/topics", {"name": "Crawl", "read_queue_nums": 1, "write_queue_nums": 1})
+    server.api("POST", "/topics/Crawl/messages", {"messages": [{"body": "x", "keys": ["c-1"]}]})
+    server.api("POST", "/groups", {"name": "crawler"})
+    login = page.goto(base + "/login/")
+    assert (
+        login is not None and "frame-ancestors 'none'" in login.headers["content-security-policy"]
+    )
+    log_in(page, base)
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    assert cookies["sessionid"]["secure"] and cookies["sessionid"]["httpOnly"]
+    assert cookies["csrftoken"]["secure"]
+
+    seen: set[str] = set()
+    queue = deque(["/"])
+    while queue and len(seen) < 80:
+        path = queue.popleft()
+        if path in seen:
+            continue
+        seen.add(path)
+        response = page.goto(base + path)
+        assert response is not None and response.status in (200, 404), (path, response.status)
+        headers = response.headers
+        assert "script-src 'self'" in headers["content-security-policy"], path
+        assert headers["strict-transport-security"] == "max-age=31536000", path
+        page.wait_for_load_state("load")
+        for href in page.eval_on_selector_all(
+            "a[href^='/']", "links => links.map(a => a.getAttribute('href'))"
+        ):
+            target = href.split("#")[0]
+            if target and not any(
+                s in target
+                for s in ("/logout/", "/download/", "/body/", "/api/", "/static/", "/healthz")
+            ):
+                queue.append(target)
+    print(f"\n{len(seen)} console pages over HTTPS")
+    assert {"/", "/topics/Crawl/", "/groups/crawler/", "/trace/", "/audit/"} <= seen, seen
+
+    # The live trace's socket is WSS to the page's own origin (CSP connect-src 'self').
+    page.goto(base + "/trace/?key=c-1&begin_ms=0")
+    expect(page.locator('[data-role="pill"]')).to_contain_text("Live")
+    assert page.evaluate("cairnTrace.socket.url").startswith("wss://127.0.0.1:")

@@ -221,7 +221,10 @@ def test_a_full_disk_refuses_writes_never_crashes_and_resumes(tmp_path: Path, di
         # 3. Reads go on: every acked message where it was acked; the health says why.
         _assert_all_readable(api, acked)
         assert not _writable(api)
-        with urllib.request.urlopen(f"{api.base}/healthz", timeout=20) as response:
+        detail = urllib.request.Request(
+            f"{api.base}/healthz?detail=1", headers={"Authorization": f"Token {api.token}"}
+        )
+        with urllib.request.urlopen(detail, timeout=20) as response:
             assert json.loads(response.read())["store"]["writable"] is False
 
         # 4. SIGKILL, then a start on the full disk: it starts, refuses puts, serves reads.

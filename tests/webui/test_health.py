@@ -73,11 +73,11 @@ def test_banner_shows_problems_with_time_and_detail_and_conditions_with_progress
     assert "topics.json was recovered from its backup" in shown
     assert "The report has no further facts." in shown
     assert "Rebuilding ConsumeQueues" in shown
-    assert 'style="width: 25.0%"' in shown and 'aria-valuenow="25.0"' in shown
+    assert '<rect width="25.00" height="1"/>' in shown and 'aria-valuenow="25.0"' in shown
     # The refreshed fragment carries the same banner (the page re-reads it every 5 s).
     reported.set_condition("rebuilding", "rebuild:cq", "Rebuilding ConsumeQueues", progress=0.5)
     fragment = html(client_for(viewer).get("/?partial=health"))
-    assert "<html" not in fragment and 'style="width: 50.0%"' in fragment
+    assert "<html" not in fragment and '<rect width="50.00" height="1"/>' in fragment
 
 
 def test_a_condition_alone_is_a_warning_without_buttons(operator: Any, health: StoreHealth) -> None:

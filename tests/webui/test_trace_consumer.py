@@ -11,14 +11,25 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from mqcore.access.authorizer import Authorizer
+from mqcore.access.model import (
+    AclEntry,
+    Operation,
+    PatternType,
+    Permission,
+    Principal,
+    ResourceType,
+)
 from mqcore.broker import Broker
 from tests.webui.conftest import make_user, send
 from webui.bridge import bridge
 from webui.routing import websocket_application
+from webui.trace import TraceRequestError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -332,7 +343,12 @@ def test_session_cookie_authenticates_a_browser(orders: Broker) -> None:
 
     async def scenario() -> None:
         comm = connect(
-            "/ws/trace/", headers=[(b"origin", b"http://127.0.0.1:8080"), (b"cookie", cookie)]
+            "/ws/trace/",
+            headers=[
+                (b"origin", b"http://127.0.0.1:8080"),
+                (b"host", b"127.0.0.1:8080"),
+                (b"cookie", cookie),
+            ],
         )
         assert (await comm.connect())[0]
         await comm.send_json_to({"topic": "Orders", "key": "k", "begin": 0, "end": None})
@@ -408,3 +424,196 @@ def test_live_latency_on_loopback(orders: Broker, token: str) -> None:
         f"\nlive trace latency (send → frame, in-process, n=30): median {p50:.1f} ms, max {worst:.1f} ms"
     )
     assert p50 < 100
+
+
+# -- frames a parser must not choke on ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("frame", "rule"),
+    [
+        ("[" * 100_000, "max_size"),  # the issue's frame: was RecursionError, close 1011
+        ('{"key": "' + "k" * 20_000 + '", "begin": 0}', "max_size"),
+        ("[" * 5_000, "depth"),
+        ('{"key": "k", "begin": 0, "topic": ' + "[" * 9 + "]" * 9 + "}", "depth"),
+        ("{" + '"a":{' * 12 + "}" * 13, "depth"),
+    ],
+)
+def test_oversized_and_deeply_nested_frames_get_bad_request(
+    orders: Broker, token: str, frame: str, rule: str
+) -> None:
+    async def scenario() -> None:
+        comm = connect(f"/ws/trace/?token={token}")
+        await comm.connect()
+        await comm.send_to(text_data=frame)
+        error = await next_frame(comm)
+        assert (error["type"], error["code"], error["field"], error["rule"]) == (
+            "error",
+            "bad_request",
+            "",
+            rule,
+        )
+        await comm.send_json_to({"topic": "Orders", "key": "k", "begin": 0, "end": None})
+        assert (await until_live(comm))[-1]["phase"] == "live"
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_brackets_inside_strings_and_shallow_nesting_are_not_depth() -> None:
+    from webui.trace import MAX_FRAME_DEPTH, parse_request
+
+    request = parse_request('{"key": "' + "[{" * 100 + '", "begin": 0}')
+    assert request.key == "[{" * 100
+    escaped = '{"key": "a\\\\\\"[[[[[[[[[[", "begin": 0}'  # an escaped quote, then brackets
+    assert parse_request(escaped).key == 'a\\"[[[[[[[[[['
+    shallow = (
+        '{"key": "k", "begin": 0, "topic": '
+        + "[" * (MAX_FRAME_DEPTH - 1)
+        + "]" * (MAX_FRAME_DEPTH - 1)
+        + "}"
+    )
+    with pytest.raises(TraceRequestError) as refused:
+        parse_request(shallow)
+    assert (refused.value.field, refused.value.rule) == ("topic", "type")
+
+
+# -- topics the user may read (webui.access.authorizer) -----------------------------------------
+
+
+def _deny_read(*topics: str, version: int = 1, prefixed: str | None = None) -> Authorizer:
+    entries = [
+        AclEntry(
+            Principal.user("prog"),
+            ResourceType.TOPIC,
+            topic,
+            PatternType.LITERAL,
+            Operation.READ,
+            Permission.DENY,
+        )
+        for topic in topics
+    ]
+    if prefixed:
+        entries.append(
+            AclEntry(
+                Principal("Role", "viewer"),
+                ResourceType.TOPIC,
+                prefixed,
+                PatternType.PREFIXED,
+                Operation.ALL,
+                Permission.DENY,
+            )
+        )
+    return Authorizer(entries, version)
+
+
+@pytest.fixture
+def acl(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``acl(authorizer)`` makes it the one webui.access hands out (as the database's will)."""
+
+    def install(authorizer: Authorizer) -> None:
+        monkeypatch.setattr("webui.access.authorizer", lambda: authorizer)
+
+    return install
+
+
+def test_a_topic_the_user_may_not_read_is_forbidden(orders: Broker, token: str, acl: Any) -> None:
+    orders.create_topic("Payroll", read_queue_nums=1)
+    acl(_deny_read("Payroll", prefixed="Secret"))
+
+    async def scenario() -> None:
+        comm = connect(f"/ws/trace/?token={token}")
+        await comm.connect()
+        for topic in ("Payroll", "SecretUnknown"):  # existing or not: no existence leak
+            await comm.send_json_to({"topic": topic, "key": "k", "begin": 0, "end": None})
+            error = await next_frame(comm)
+            assert (error["type"], error["code"], error["field"], error["rule"]) == (
+                "error",
+                "forbidden",
+                "topic",
+                "forbidden",
+            )
+            assert f"read on topic '{topic}' is denied" in error["detail"]
+        assert bridge.watched() == set()
+        # The socket stays open; a readable topic subscribes.
+        await comm.send_json_to({"topic": "Orders", "key": "k", "begin": 0, "end": None})
+        assert (await until_live(comm))[-1]["phase"] == "live"
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_topicless_trace_never_sends_unreadable_topics(
+    orders: Broker, token: str, acl: Any
+) -> None:
+    broker = orders
+    broker.create_topic("Payroll", read_queue_nums=1)
+    broker.create_topic("SecretPlans", read_queue_nums=1)
+    for topic in ("Orders", "Payroll", "SecretPlans"):
+        send(broker, topic, b"stored", keys=("cust-9",))
+    broker.store.dispatch_until_caught_up()
+    acl(_deny_read("Payroll", prefixed="Secret"))
+
+    async def scenario() -> None:
+        comm = connect(f"/ws/trace/?token={token}")
+        await comm.connect()
+        await comm.send_json_to({"key": "cust-9", "begin": 0, "end": None})
+        frames = await until_live(comm)
+        assert frames[0]["topics_total"] == 1
+        assert [f["message"]["topic"] for f in frames if f["type"] == "message"] == ["Orders"]
+        assert bridge.watched() == {"Orders"}
+        for topic in ("Payroll", "SecretPlans", "Orders"):
+            await asyncio.to_thread(send, broker, topic, b"live", keys=("cust-9",))
+        frame = await next_frame(comm)
+        assert (frame["source"], frame["message"]["topic"]) == ("live", "Orders")
+        assert await comm.receive_nothing(0.5)
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_taking_the_right_away_stops_a_running_subscription(
+    orders: Broker, token: str, acl: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ACL change (a new authorizer version) applies to an open socket: the next message
+    is not sent, and the subscription ends with ``forbidden`` at the next refresh."""
+    import webui.consumers
+
+    monkeypatch.setattr(webui.consumers, "REFRESH_S", 0.2)
+    broker = orders
+    acl(Authorizer([], 1))
+
+    async def scenario() -> None:
+        comm = connect(f"/ws/trace/?token={token}")
+        await comm.connect()
+        await comm.send_json_to({"topic": "Orders", "key": "k", "begin": 0, "end": None})
+        await until_live(comm)
+        first = await asyncio.to_thread(send, broker, "Orders", b"seen", keys=("k",))
+        assert (await next_frame(comm))["message"]["msg_id"] == first.msg_id
+        acl(_deny_read("Orders", version=2))
+        await asyncio.to_thread(send, broker, "Orders", b"not seen", keys=("k",))
+        error = await next_frame(comm)
+        assert (error["type"], error["code"], error["field"]) == ("error", "forbidden", "topic")
+        assert await comm.receive_nothing(0.5)
+        assert bridge.watched() == set()
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_role_taken_away_is_noticed_at_the_next_subscribe(orders: Broker, token: str) -> None:
+    user = Token.objects.select_related("user").get(key=token).user
+
+    async def scenario() -> None:
+        comm = connect(f"/ws/trace/?token={token}")
+        await comm.connect()
+        await comm.send_json_to({"topic": "Orders", "key": "k", "begin": 0, "end": None})
+        await until_live(comm)
+        await database_sync_to_async(user.groups.clear)()
+        await comm.send_json_to({"topic": "Orders", "key": "k", "begin": 0, "end": None})
+        error = await next_frame(comm)
+        assert (error["type"], error["code"]) == ("error", "forbidden")
+        assert (await comm.receive_output(2))["code"] == 4403
+        assert bridge.watched() == set()
+
+    async_to_sync(scenario)()

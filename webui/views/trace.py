@@ -1,5 +1,6 @@
 """``/trace/``: follow a key live. The page's script speaks the ``/ws/trace/`` protocol
-(:mod:`webui.consumers`); without JavaScript the page shows the stored matches only."""
+(:mod:`webui.consumers`); without JavaScript the page shows the stored matches only. Both
+show only topics the user may read (:func:`webui.access.readable_topics`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from mqcore.errors import MQError
-from webui.access import console_page, get_broker
+from webui.access import console_page, get_broker, readable_topics
 from webui.search import parse_time
 from webui.trace import (
     DEFAULT_LIMIT,
@@ -45,10 +46,12 @@ def trace_page(request: HttpRequest) -> HttpResponse:
     key = g.get("key", "").strip()
     topic = g.get("topic", "").strip()
     stored: list[dict[str, Any]] = []
+    if topic and not readable_topics(request, [topic]):
+        errors["topic"] = f"you may not read topic {topic}"
     if key and not errors:
         try:
             req = TraceRequest(topic or None, key, begin, end, limit)
-            topics = [topic] if topic else traceable_topics(broker)
+            topics = [topic] if topic else readable_topics(request, traceable_topics(broker))
             for name in topics:
                 if len(stored) >= limit:
                     break
@@ -62,7 +65,9 @@ def trace_page(request: HttpRequest) -> HttpResponse:
         "webui/trace.html",
         {
             "section": "trace",
-            "topics": [t.name for t in broker.list_topics(include_system=False)],
+            "topics": readable_topics(
+                request, [t.name for t in broker.list_topics(include_system=False)]
+            ),
             "values": {
                 "key": key,
                 "topic": topic,

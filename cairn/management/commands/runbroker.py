@@ -8,6 +8,11 @@ keeps serving), advertised to clients (Metadata, FindCoordinator) as
 ``CAIRN_KAFKA_ADVERTISED_HOST``:``CAIRN_KAFKA_ADVERTISED_PORT`` (default: the listen
 address), and closed by a "before shutdown" trigger. SIGINT
 and SIGTERM stop the reactor; the runtime is then stopped so the store is closed cleanly.
+
+With ``CAIRN_TLS_CERT`` and ``CAIRN_TLS_KEY`` the HTTP port speaks HTTPS and WSS only: the
+files are checked before anything starts (:mod:`cairn.tls`; a bad pair is one line and exit
+status 1) and daphne's connections are wrapped in Twisted's TLS (see :class:`_Server`).
+On a WebSocket message above ``webui.routing.MAX_MESSAGE_BYTES`` daphne drops the connection.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from cairn import env, runtime
+from cairn import env, runtime, tls
 from kafka_listener.flow import DEFAULT_IDLE_MS, DEFAULT_MAX_BUFFERED_BYTES
 from kafka_listener.handlers import ListenerConfig
 from kafka_listener.server import KafkaListener
 from mqcore.errors import MQError
+from webui.routing import MAX_MESSAGE_BYTES
 
 
 class _Server(daphne.server.Server):  # type: ignore[misc]
@@ -37,6 +43,24 @@ class _Server(daphne.server.Server):  # type: ignore[misc]
 
     listen_failure: str | None = None
     kafka_failure: str | None = None
+    #: Twisted TLS options (``cairn.tls.twisted_options``): the HTTP port speaks TLS.
+    tls_options: Any = None
+
+    # Daphne makes its HTTP factory in run() and listens with it on every endpoint. With TLS
+    # on, the factory it listens with is wrapped in Twisted's TLS layer, which is what
+    # Twisted's own ssl: endpoints do, so HTTP and WebSocket requests see a secure transport
+    # (https/wss scopes) and the whole certificate chain is sent.
+    @property
+    def http_factory(self) -> Any:
+        return self._http_factory
+
+    @http_factory.setter
+    def http_factory(self, factory: Any) -> None:
+        if self.tls_options is not None:
+            from twisted.protocols.tls import TLSMemoryBIOFactory
+
+            factory = TLSMemoryBIOFactory(self.tls_options, False, factory)
+        self._http_factory = factory
 
     def listen_error(self, failure: Any) -> None:
         self.listen_failure = failure.getErrorMessage()
@@ -70,6 +94,8 @@ class Command(BaseCommand):
         port = options["port"] if options["port"] is not None else cfg["HTTP_PORT"]
         if not 0 <= port <= 65535:
             raise CommandError(f"--port must be between 0 and 65535, got {port}")
+        credentials = self._tls_credentials()
+        scheme = "https" if credentials is not None else "http"
 
         call_command("migrate", interactive=False, verbosity=0)
         self._ensure_admin(host, port)
@@ -85,12 +111,20 @@ class Command(BaseCommand):
 
         def ready() -> None:
             self.stdout.write(
-                f"Cairn broker: http://{url_host}:{port}/ (store {rt.store_dir}, "
+                f"Cairn broker: {scheme}://{url_host}:{port}/ (store {rt.store_dir}, "
                 f"services {rt.services_mode}). Ctrl-C to stop."
             )
             self.stdout.flush()
 
-        server = _Server(application, endpoints=[_endpoint(host, port)], ready_callable=ready)
+        server = _Server(
+            application,
+            endpoints=[_endpoint(host, port)],
+            ready_callable=ready,
+            websocket_max_message_size=MAX_MESSAGE_BYTES,
+            websocket_max_frame_size=MAX_MESSAGE_BYTES,
+        )
+        if credentials is not None:
+            server.tls_options = tls.twisted_options(credentials)
         kafka_port = cfg["KAFKA_PORT"]
         try:
             if kafka_port:
@@ -101,6 +135,20 @@ class Command(BaseCommand):
         if server.listen_failure:
             raise CommandError(f"cannot listen on {url_host}:{port}: {server.listen_failure}")
         self.stdout.write("Cairn broker stopped.")
+
+    def _tls_credentials(self) -> tls.ServerCredentials | None:
+        """The HTTP listener's certificate and key, checked; None without TLS settings."""
+        files = settings.CAIRN_TLS_FILES
+        if files is None:
+            return None
+        try:
+            credentials = tls.load(*files)
+        except tls.TLSConfigError as exc:
+            raise CommandError(str(exc)) from None
+        warning = tls.validity_warning(credentials)
+        if warning:
+            self._say(f"WARNING: {warning}")
+        return credentials
 
     def _schedule_kafka(self, rt: Any, server: _Server, host: str, port: int) -> None:
         """Start the Kafka listener on the reactor's asyncio loop once it runs; close it

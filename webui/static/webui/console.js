@@ -245,6 +245,20 @@
       setInterval(tick, every);
     });
   }
+  function initAutoSubmit() {
+    // <input data-autosubmit>: changing it submits its form (no inline handlers: the CSP).
+    document.addEventListener("change", function (ev) {
+      var input = ev.target.closest && ev.target.closest("[data-autosubmit]");
+      if (input && input.form) input.form.submit();
+    });
+  }
+  function initBack() {
+    document.addEventListener("click", function (ev) {
+      if (!ev.target.closest || !ev.target.closest("[data-back]")) return;
+      ev.preventDefault();
+      history.back();
+    });
+  }
   function initCheckAll() {
     document.querySelectorAll("input[data-check-all]").forEach(function (box) {
       var name = box.getAttribute("data-check-all");
@@ -278,6 +292,8 @@
     initTableFilter();
     initAutoRefresh();
     initCheckAll();
+    initAutoSubmit();
+    initBack();
     initTickingAgo();
   });
 })();
