@@ -228,7 +228,7 @@ def index_damage(store: MessageStore, end: int) -> str:
     if isinstance(job, dict) and job.get("state") in ("building", "ready"):
         return f"{job.get('reason') or 'an index rebuild'}; it was interrupted"
     return index_coverage_problem(store, end) or derived_check.check_index(
-        store.index, store.commit_log, end
+        store.index, store.commit_log, end, store.queues
     )
 
 
