@@ -422,7 +422,13 @@ class CommitLog:
         return int(timestamp)
 
     def iter_dispatch(
-        self, from_offset: int, end_offset: int, max_bytes: int, delay_levels_ms: Sequence[int]
+        self,
+        from_offset: int,
+        end_offset: int,
+        max_bytes: int,
+        delay_levels_ms: Sequence[int],
+        *,
+        skip_corrupt: bool = True,
     ) -> Iterator[DispatchRequest | int]:
         """Walk records from ``from_offset`` towards ``end_offset`` for reput (spec 6.1).
 
@@ -432,7 +438,8 @@ class CommitLog:
         with no size to skip (recovery's business: a torn tail, or corruption another
         process quarantines; the quarantine is re-read then). A blank record jumps to the
         next segment; a quarantined range is jumped over (logged once); a corrupt record
-        that states its size is skipped, as RocketMQ does.
+        that states its size is skipped, as RocketMQ does, unless ``skip_corrupt`` is
+        False: then it stops the walk too (the rebuilds' walks, ``rebuild_walk.py``).
         """
         quarantine = self.quarantine
         offset = max(from_offset, self.min_offset)
@@ -466,7 +473,7 @@ class CommitLog:
                     elif isinstance(result, Blank):
                         to_next_segment = True
                         break
-                    elif isinstance(result, Corrupt) and result.size > 0:
+                    elif isinstance(result, Corrupt) and result.size > 0 and skip_corrupt:
                         pos += result.size
                     else:  # NeedMore, or Corrupt with nothing to skip: wait for recovery
                         stalled = isinstance(result, Corrupt)
