@@ -351,6 +351,9 @@ def apply_ready(store: MessageStore) -> bool:
         finally:
             side.close()
         job.cursor, job.records = reached, job.records + records
+        if reached < store.reput_offset:  # never short: the next pass tries again
+            _save_job(store.root, job)
+            return False
         _swap(store, job)
     job.state = "installed"
     _save_job(store.root, job)
@@ -521,6 +524,8 @@ def _dispatch_all(
         for at in range(0, len(columns), _COLUMNS_BATCH):
             dispatch_write.write_columns(store, columns.slice(at, at + _COLUMNS_BATCH))
         total += len(columns)
+        if reached == store.reput_offset:
+            raise StoreError(f"the CommitLog at {reached} cannot be read (the log changed?)")
         store.reput_offset = reached
         if on_progress is not None:
             on_progress(store.reput_offset - begin, end - begin)

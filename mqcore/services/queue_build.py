@@ -147,10 +147,13 @@ def walk(
     """
     reached, written, budget_end = start, 0, start + max_bytes
     while reached < min(end, budget_end):
-        columns, reached = rebuild_walk.columns(
+        columns, at = rebuild_walk.columns(
             store.commit_log, reached, end, budget_end - reached, store.delay_levels_ms
         )
         written += _put_units(side, columns)
+        if at == reached:
+            break  # at a record it cannot read yet: the next step goes on
+        reached = at
     return reached, written
 
 
@@ -251,6 +254,9 @@ def _install(store: MessageStore, job: dict[str, Any]) -> bool:
         side = _side_queues(store, job)
         reached, written = walk(store, side, job["cursor"], store.reput_offset, 1 << 62)
         job["cursor"], job["records"] = reached, job["records"] + written
+        if reached < store.reput_offset:  # never short: the next pass tries again
+            rebuild_dir.save_queue_job(store.root, job)
+            return False
         _pad_to_next_offsets(store, side)
         installed = _swap(store, side)
         wanted = wanted_of(job)

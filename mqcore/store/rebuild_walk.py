@@ -11,9 +11,11 @@ bytes up to where valid records resume, kept in place, reported) and go on after
 recovery's scan does. The records of a quarantined range get no unit; their queue offsets
 stay theirs (the rebuilt queue puts blank units there, ``ConsumeQueue.put``'s gap rule).
 
-A walk that cannot get past a stop below ``end`` (a record the quarantine rules do not take:
-nothing valid after it) raises ``StoreError``, so that a rebuild is never installed short of
-the records it was meant to hold.
+A stop at a valid record (this process's view of the log lags behind the file) is no
+damage: the walk returns there and goes on at its next call. A walk that cannot get past a
+corrupt record below ``end`` (the quarantine rules do not take it: nothing valid after it)
+raises ``StoreError``. Either way a rebuild is never installed short of the records it was
+meant to hold: the callers install only a walk that reached its end.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ from mqcore.store import recovery
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.dispatch_scan import Columns, dispatch_columns
 from mqcore.store.format import DispatchRequest
+from mqcore.store.record_search import SegmentFile
 
 
 def columns(
     commit_log: CommitLog, start: int, end: int, max_bytes: int, delay_levels_ms: Sequence[int]
 ) -> tuple[Columns, int]:
     """The records of ``[start, end)`` (about ``max_bytes`` of log) as columns, and the
-    offset reached: at least ``min(end, start + max_bytes)``, or, when the walk met a
-    corrupt record, where records resume after the range it quarantined.
+    offset reached: at least ``min(end, start + max_bytes)``; or, when the walk met a
+    corrupt record, where records resume after the range it quarantined; or where it
+    stopped at a valid record it cannot read yet (module docstring).
 
     Raises:
         StoreError: the walk stopped below ``end`` at something it cannot quarantine.
@@ -50,7 +54,8 @@ def requests(
 ) -> Iterator[DispatchRequest | int]:
     """:meth:`CommitLog.iter_dispatch` from ``start`` towards ``end`` (about ``max_bytes``
     of log), every corrupt record met quarantined and walked past; the last item is the
-    offset reached, at least ``min(end, start + max_bytes)``.
+    offset reached: at least ``min(end, start + max_bytes)`` unless the walk stopped at a
+    valid record it cannot read yet.
 
     Raises:
         StoreError: as :func:`columns`.
@@ -68,13 +73,21 @@ def requests(
         if reached >= min(end, budget_end):
             break
         offset = _past_stop(commit_log, reached)
+        if offset == reached:
+            break
     yield reached
 
 
 def _past_stop(commit_log: CommitLog, reached: int) -> int:
-    """Where the walk goes on after stopping at ``reached`` below its end."""
+    """Where the walk goes on after stopping at ``reached`` below its end (``reached``
+    itself: at its next call)."""
     if reached < commit_log.min_offset:  # the segment was cleaned up under the walk
         return commit_log.min_offset
+    segment = commit_log.segments.find(reached)
+    if segment is not None:
+        with SegmentFile(segment.path, commit_log.file_size) as f:
+            if f.valid_at(reached - segment.base_offset, segment.base_offset) is not None:
+                return reached
     resume = recovery.quarantine_stall(commit_log, reached, found_by="rebuild")
     if resume is None:
         raise StoreError(
