@@ -58,7 +58,7 @@ from mqcore.errors import StoreError
 from mqcore.services import locks
 from mqcore.services.queue_build import pad_to
 from mqcore.services.result import StepResult
-from mqcore.store import derived_start, offset_table, roles
+from mqcore.store import derived_start, dispatch_write, offset_table, rebuild_walk, roles
 from mqcore.store import rebuild_dir as rebuild_dir_files
 from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.format import DispatchRequest
@@ -71,6 +71,8 @@ from mqcore.store.store import MessageStore
 log = logging.getLogger(__name__)
 
 DEFAULT_STEP_BYTES = 16 * 1024 * 1024
+#: Records written per batch by the offline rebuild (reput's column batch).
+_COLUMNS_BATCH = 4096
 
 JobState = Literal["building", "ready", "installed", "failed"]
 
@@ -227,12 +229,18 @@ def _side_index(store: MessageStore) -> IndexService:
 def _index_range(
     store: MessageStore, side: IndexService, start_at: int, end: int, max_bytes: int
 ) -> tuple[int, int]:
-    """Index ``[start_at, end)`` (at most ``max_bytes``) into ``side``. Returns (reached, records)."""
+    """Index ``[start_at, end)`` (about ``max_bytes``) into ``side``, corrupt records
+    quarantined and walked past (``rebuild_walk.py``). Returns (reached, records).
+
+    Raises:
+        StoreError: the CommitLog cannot be walked to ``end``.
+    """
     records = 0
     reached = start_at
     if not store.config.message_index_enable:
         return end, 0
-    for item in store.commit_log.iter_dispatch(start_at, end, max_bytes, store.delay_levels_ms):
+    walk = rebuild_walk.requests(store.commit_log, start_at, end, max_bytes, store.delay_levels_ms)
+    for item in walk:
         if isinstance(item, int):
             reached = item
             break
@@ -343,6 +351,9 @@ def apply_ready(store: MessageStore) -> bool:
         finally:
             side.close()
         job.cursor, job.records = reached, job.records + records
+        if reached < store.reput_offset:  # never short: the next pass tries again
+            _save_job(store.root, job)
+            return False
         _swap(store, job)
     job.state = "installed"
     _save_job(store.root, job)
@@ -497,15 +508,28 @@ def rebuild_queues(
 def _dispatch_all(
     store: MessageStore, on_progress: Callable[[int, int], None] | None, max_bytes: int
 ) -> int:
+    """Reput's dispatch of the whole log into the side files, by the rebuilds' strict walk
+    (``rebuild_walk.py``: a corrupt record in an old segment is quarantined and walked past,
+    never skipped by a size it may have had flipped).
+
+    Raises:
+        StoreError: the log cannot be walked to its end (nothing is swapped in).
+    """
     begin, end = store.commit_log.min_offset, store.commit_log.confirm_offset
     total = 0
-    while True:
-        before = store.reput_offset
-        total += store.reput_once(max_bytes)
+    while store.reput_offset < end:
+        columns, reached = rebuild_walk.columns(
+            store.commit_log, store.reput_offset, end, max_bytes, store.delay_levels_ms
+        )
+        for at in range(0, len(columns), _COLUMNS_BATCH):
+            dispatch_write.write_columns(store, columns.slice(at, at + _COLUMNS_BATCH))
+        total += len(columns)
+        if reached == store.reput_offset:
+            raise StoreError(f"the CommitLog at {reached} cannot be read (the log changed?)")
+        store.reput_offset = reached
         if on_progress is not None:
             on_progress(store.reput_offset - begin, end - begin)
-        if store.reput_offset == before:
-            return total
+    return total
 
 
 def _reload_rebuilt(store: MessageStore) -> None:

@@ -41,9 +41,9 @@ from mqcore.clock import Clock
 from mqcore.errors import StoreError
 from mqcore.services import locks
 from mqcore.services.result import StepResult
-from mqcore.store import derived_start, queue_snapshot, rebuild_dir, roles
+from mqcore.store import derived_start, queue_snapshot, rebuild_dir, rebuild_walk, roles
 from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT_SIZE, ConsumeQueue
-from mqcore.store.dispatch_scan import dispatch_columns
+from mqcore.store.dispatch_scan import Columns
 from mqcore.store.progress import Slot
 from mqcore.store.rebuild_dir import Move
 from mqcore.store.store import MessageStore
@@ -138,13 +138,28 @@ def _begin(store: MessageStore, job: dict[str, Any], clock: Clock) -> None:
 def walk(
     store: MessageStore, side: SideQueues, start: int, end: int, max_bytes: int
 ) -> tuple[int, int]:
-    """Write the units of the side queues' records in ``[start, end)`` (at most
-    ``max_bytes`` of CommitLog). Returns (offset reached, units written)."""
-    columns, reached = dispatch_columns(
-        store.commit_log, start, end, max_bytes, store.delay_levels_ms
-    )
+    """Write the units of the side queues' records in ``[start, end)`` (about ``max_bytes``
+    of CommitLog; corrupt records quarantined and walked past, ``rebuild_walk.py``).
+    Returns (offset reached, units written).
+
+    Raises:
+        StoreError: the CommitLog cannot be walked to ``end`` (nothing to install yet).
+    """
+    reached, written, budget_end = start, 0, start + max_bytes
+    while reached < min(end, budget_end):
+        columns, at = rebuild_walk.columns(
+            store.commit_log, reached, end, budget_end - reached, store.delay_levels_ms
+        )
+        written += _put_units(side, columns)
+        if at == reached:
+            break  # at a record it cannot read yet: the next step goes on
+        reached = at
+    return reached, written
+
+
+def _put_units(side: SideQueues, columns: Columns) -> int:
     if not len(columns):
-        return reached, 0
+        return 0
     topics, queue_ids, queue_offsets, phys_offsets, sizes, tags, _, _, _, flags = columns.lists()
     units: dict[QueueKey, list[tuple[int, int, int, int]]] = {}
     wanted = side.queues
@@ -152,7 +167,7 @@ def walk(
         key = (topic, queue_ids[i])
         if key in wanted and takes_unit(flags[i]):
             units.setdefault(key, []).append((phys_offsets[i], sizes[i], tags[i], queue_offsets[i]))
-    return reached, sum(wanted[key].put_many(found) for key, found in units.items())
+    return sum(wanted[key].put_many(found) for key, found in units.items())
 
 
 def fraction_of(job: dict[str, Any]) -> float:
@@ -239,6 +254,9 @@ def _install(store: MessageStore, job: dict[str, Any]) -> bool:
         side = _side_queues(store, job)
         reached, written = walk(store, side, job["cursor"], store.reput_offset, 1 << 62)
         job["cursor"], job["records"] = reached, job["records"] + written
+        if reached < store.reput_offset:  # never short: the next pass tries again
+            rebuild_dir.save_queue_job(store.root, job)
+            return False
         _pad_to_next_offsets(store, side)
         installed = _swap(store, side)
         wanted = wanted_of(job)

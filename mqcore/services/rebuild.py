@@ -67,6 +67,7 @@ def step(
 ) -> StepResult:
     """One step of each rebuild under way (module docstring)."""
     try:
+        derived_start.schedule_pending(store)
         queues = queue_build.step(store, clock, max_bytes=max_bytes)
         _start_requested_index_rebuild(store, clock)
         index = index_build.step(store, clock, max_bytes=max_bytes, builder=builder)

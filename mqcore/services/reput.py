@@ -16,6 +16,8 @@ before anything is written. The step then *pauses*: it logs once, refuses puts (
 health condition ``reput-paused`` and returns without progress, so its runner tries again a
 second later; the first step that dispatches again lifts both. Nothing is lost or skipped:
 the records are dispatched from where it stopped (the writes skip what they hold already).
+A start check of the derived files that a full disk at start held back
+(``derived_start.settle``) runs in the step that reaches the recovered end.
 In a Celery worker only the pause and the log apply; the broker refuses puts through its
 own disk guard, which sees the same full partition.
 """
@@ -28,6 +30,7 @@ import weakref
 from mqcore.errors import DiskFullError
 from mqcore.services import index_build, locks, queue_build
 from mqcore.services.result import StepResult
+from mqcore.store import derived_start
 from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,7 @@ def step(store: MessageStore, *, max_bytes: int = DEFAULT_MAX_BYTES) -> StepResu
         return _pause(store, exc)
     if store in _paused or (not store.writable and "reput" in store.refusal_sources):
         _resume(store)  # after a pause, or after recovery stopped dispatching for lack of space
+    derived_start.check_when_dispatched(store)  # a start check a full disk held back
     return StepResult(
         "reput",
         progressed=dispatched > 0 or installed,

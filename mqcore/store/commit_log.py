@@ -53,7 +53,7 @@ from mqcore.store.mapped_file import MappedFile
 from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
 from mqcore.store.prefault import reserve_chunk_bytes
-from mqcore.store.quarantine import Quarantine, record_header
+from mqcore.store.quarantine import FoundBy, Quarantine, record_header
 from mqcore.store.record_layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -373,10 +373,13 @@ class CommitLog:
             return None
         return message
 
-    def quarantine_unreadable(self, phys_offset: int, size: int, reason: str) -> bool:
-        """A read found no good record of ``size`` bytes at ``phys_offset`` (where a
-        ConsumeQueue unit or an index entry says one is): quarantine those bytes if the
-        CommitLog is really damaged there, not the pointer. Returns whether it did.
+    def quarantine_unreadable(
+        self, phys_offset: int, size: int, reason: str, *, found_by: FoundBy = "read"
+    ) -> bool:
+        """A read (or the start check, ``found_by``) found no good record of ``size`` bytes
+        at ``phys_offset`` (where a ConsumeQueue unit or an index entry says one is):
+        quarantine those bytes if the CommitLog is really damaged there, not the pointer.
+        Returns whether it did (or whether they were quarantined already).
 
         The bytes count as damaged only when no valid record starts at ``phys_offset``
         (CRC and PHYSICALOFFSET checked; a valid record whose topic is not a valid name
@@ -404,7 +407,7 @@ class CommitLog:
                 return False
             if f.find_valid(pos + 1, end, base) is not None:
                 return False
-            self.quarantine.quarantine(f, base, pos, end, reason=reason, found_by="read")
+            self.quarantine.quarantine(f, base, pos, end, reason=reason, found_by=found_by)
         return True
 
     def store_time_of(self, phys_offset: int, size: int) -> int:
@@ -419,7 +422,13 @@ class CommitLog:
         return int(timestamp)
 
     def iter_dispatch(
-        self, from_offset: int, end_offset: int, max_bytes: int, delay_levels_ms: Sequence[int]
+        self,
+        from_offset: int,
+        end_offset: int,
+        max_bytes: int,
+        delay_levels_ms: Sequence[int],
+        *,
+        skip_corrupt: bool = True,
     ) -> Iterator[DispatchRequest | int]:
         """Walk records from ``from_offset`` towards ``end_offset`` for reput (spec 6.1).
 
@@ -429,7 +438,8 @@ class CommitLog:
         with no size to skip (recovery's business: a torn tail, or corruption another
         process quarantines; the quarantine is re-read then). A blank record jumps to the
         next segment; a quarantined range is jumped over (logged once); a corrupt record
-        that states its size is skipped, as RocketMQ does.
+        that states its size is skipped, as RocketMQ does, unless ``skip_corrupt`` is
+        False: then it stops the walk too (the rebuilds' walks, ``rebuild_walk.py``).
         """
         quarantine = self.quarantine
         offset = max(from_offset, self.min_offset)
@@ -463,7 +473,7 @@ class CommitLog:
                     elif isinstance(result, Blank):
                         to_next_segment = True
                         break
-                    elif isinstance(result, Corrupt) and result.size > 0:
+                    elif isinstance(result, Corrupt) and result.size > 0 and skip_corrupt:
                         pos += result.size
                     else:  # NeedMore, or Corrupt with nothing to skip: wait for recovery
                         stalled = isinstance(result, Corrupt)

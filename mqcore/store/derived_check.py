@@ -27,12 +27,25 @@ IndexFile, per file then per sampled entry:
     header     index_count and hash_slot_count within the dimensions; begin <= end (time,
                phys offset); files in CommitLog order
     structure  prev_index below the entry and in its slot; each occupied slot's head a
-               written entry of that slot; every entry on exactly one chain (in-degree);
-               hash_slot_count = occupied slots
+               written entry of that slot, its newest; every entry on exactly one chain
+               (in-degree); hash_slot_count = occupied slots
     records    the entry points at a valid record one of whose keys hashes to its key hash,
                with the time_diff its store time gives, and its slot's chain reaches it
 
 Units and entries pointing below the CommitLog's first segment are expired, not damage.
+
+Quarantined CommitLog ranges (``quarantine.py``: corrupt bytes kept in place, skipped by
+every reader) are the log's damage, not the derived files': a unit or an entry that points
+into one points at a record now known bad, which is what it did when it was written, and a
+rebuild could not do better (it cannot dispatch that record again, and puts a blank unit at
+its queue offset, which readers skip too). Such units and entries still count in the
+structure checks but are not read. A sampled unit that points at no valid record where the
+quarantine has nothing yet (recovery scans only the newest segments) is handed to
+``CommitLog.quarantine_unreadable``, found by ``check``: when the log is damaged there (no
+valid record at the unit, none inside its size, a valid one right after) the bytes are
+quarantined and the unit is right; anything else (a unit off by a byte, a wrong size) is
+damage of the queue. An index entry has no size: its record's header, if it still reads,
+names the queue unit that frames the record for the same test.
 """
 
 from __future__ import annotations
@@ -48,8 +61,11 @@ import numpy.typing as npt
 from mqcore.errors import StoreClosedError
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.consume_queue import _UNIT_DTYPE, BLANK_SIZE, CQ_UNIT_SIZE, ConsumeQueue
+from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.index_file import ENTRY_DTYPE, INVALID_INDEX, SLOT, IndexFile
 from mqcore.store.index_service import IndexService
+from mqcore.store.quarantine import record_header
+from mqcore.store.record_layout import HEADER_SIZES
 from mqcore.store.verify_derived import RecordReader, entry_problems, unit_problem
 
 log = logging.getLogger(__name__)
@@ -223,14 +239,33 @@ def _check_records(
             phys, size, tags = unit.phys_offset, unit.size, unit.tags_code
         if phys == 0 and size == BLANK_SIZE:
             continue
+        if quarantined(reader, phys, size):
+            continue
         budget.records -= 1
         record = reader.at(phys)
         if record is None:
             continue  # expired
+        if isinstance(record, str) and _log_damaged_at(reader, phys, size, record):
+            continue
         problem = unit_problem(record, queue.topic, queue.queue_id, offset, size, tags)
         if problem:
             return f"unit at queue offset {offset} (phys {phys}): {problem}"
     return ""
+
+
+def quarantined(reader: RecordReader, phys: int, size: int = 1) -> bool:
+    """Whether ``[phys, phys + size)`` lies in a quarantined CommitLog range (module
+    docstring: the pointer is right, the record is known bad and skipped by readers)."""
+    quarantine = reader.commit_log.quarantine
+    return bool(quarantine.ranges) and quarantine.covering(phys, size) is not None
+
+
+def _log_damaged_at(reader: RecordReader, phys: int, size: int, why: str) -> bool:
+    """A unit points at no valid record: whether that is the CommitLog's damage, now
+    quarantined (module docstring), rather than the unit's."""
+    if phys >= reader.end_offset:
+        return False
+    return reader.commit_log.quarantine_unreadable(phys, size, why, found_by="check")
 
 
 def check_queues(
@@ -289,6 +324,17 @@ def index_structure_problem(f: IndexFile) -> str:
         return "a slot points past the written entries"
     if (entry_slot[head_values] != occupied).any():
         return "a slot's head entry belongs to another slot"
+    newest = np.full(f.hash_slots, INVALID_INDEX, np.int64)
+    np.maximum.at(newest, entry_slot[1:], idx[1:])
+    stale = newest[occupied] != head_values
+    if stale.any() or (newest != INVALID_INDEX).sum() != len(occupied):
+        if not stale.any():
+            return "an entry's slot is empty"
+        at = int(np.argmax(stale))
+        return (
+            f"slot {int(occupied[at])}'s head is entry {int(head_values[at])}, not its "
+            f"newest entry {int(newest[occupied[at]])}"
+        )
     in_degree = np.bincount(prev[linked], minlength=count)
     expected = np.ones(count, np.int64)
     expected[0] = 0
@@ -312,8 +358,31 @@ def _chain_reaches(f: IndexFile, index: int, key_hash: int) -> bool | None:
     return None
 
 
+def _unit_frames(queues: ConsumeQueueStore, reader: RecordReader, phys: int, why: str) -> bool:
+    """An index entry points at no valid record: whether the ConsumeQueue unit of the
+    record whose header still reads there (queue id, queue offset) points at it too, and
+    the CommitLog is damaged there (``CommitLog.quarantine_unreadable`` with the unit's
+    size, found by ``check``): two derived files agree, the log is what went bad."""
+    head = reader.commit_log.read(phys, HEADER_SIZES[0]) if phys < reader.end_offset else None
+    header = record_header(head, phys) if head is not None else None
+    if header is None:
+        return False
+    for topic in queues.topics():
+        queue = queues.get(topic, header.queue_id)
+        unit = queue.unit_at(header.queue_offset) if queue is not None else None
+        if unit is not None and unit.phys_offset == phys:
+            log_damaged = reader.commit_log.quarantine_unreadable
+            return log_damaged(phys, unit.size, why, found_by="check")
+    return False
+
+
 def check_index_file(
-    f: IndexFile, previous: IndexFile | None, reader: RecordReader, budget: Budget, share: int
+    f: IndexFile,
+    previous: IndexFile | None,
+    reader: RecordReader,
+    budget: Budget,
+    share: int,
+    queues: ConsumeQueueStore | None = None,
 ) -> str:
     """The first damage found in one index file ("" when none)."""
     problem = header_problem(f, previous)
@@ -329,10 +398,15 @@ def check_index_file(
         if index != newest and budget.spent():
             continue
         entry = f.entry(index)
+        if quarantined(reader, entry.phys_offset):
+            continue
         budget.records -= 1
         record = reader.at(entry.phys_offset)
         if record is None:
             continue  # expired
+        if isinstance(record, str) and queues is not None:
+            if _unit_frames(queues, reader, entry.phys_offset, record):
+                continue
         problems = entry_problems(record, index, entry.key_hash, entry.time_diff, f.begin_timestamp)
         if not problems and _chain_reaches(f, index, entry.key_hash) is False:
             problems = [f"not reachable from its slot {entry.key_hash % f.hash_slots}"]
@@ -341,8 +415,14 @@ def check_index_file(
     return ""
 
 
-def check_index(index: IndexService, commit_log: CommitLog, end_offset: int) -> str:
-    """Check every index file (module docstring). Returns the first damage, "" if none."""
+def check_index(
+    index: IndexService,
+    commit_log: CommitLog,
+    end_offset: int,
+    queues: ConsumeQueueStore | None = None,
+) -> str:
+    """Check every index file (module docstring). Returns the first damage, "" if none.
+    ``queues``: the ConsumeQueues, to tell a damaged record from a damaged entry."""
     reader = RecordReader(commit_log, end_offset, set())
     budget = Budget()
     files = index.files
@@ -350,7 +430,7 @@ def check_index(index: IndexService, commit_log: CommitLog, end_offset: int) -> 
     previous: dict[int, IndexFile] = {i + 1: f for i, f in enumerate(files[:-1])}
     for i in range(len(files) - 1, -1, -1):  # newest first: the structure budget
         f = files[i]
-        problem = check_index_file(f, previous.get(i), reader, budget, file_shares[i])
+        problem = check_index_file(f, previous.get(i), reader, budget, file_shares[i], queues)
         if problem:
             return f"index/{f.name}: {problem}"
     return ""

@@ -20,6 +20,12 @@ Around recovery (``MessageStore._load_and_recover``)::
                      set, and the "rebuild" health condition; the rebuild services
                      (``mqcore.services.queue_build``, ``index_build``) take it from there.
 
+A full disk at start (recovery's dispatch stopped short, ``full_disk.DispatchStall``):
+steps 2, 4 and 5 wait until reput has dispatched the rest (:func:`check_when_dispatched`),
+since derived files that stop where dispatch stopped are short, not damaged. Job files that
+cannot be written (no space) are kept in memory and written by the rebuild service's next
+steps (:func:`schedule_pending`); the damaged queues refuse puts meanwhile.
+
 Cost: the scan covers what was written after the last snapshot (nothing after a clean
 close; about a second of writes after a crash); the sampled check has fixed budgets.
 
@@ -35,7 +41,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,13 +98,27 @@ def _interrupted_queues(store: MessageStore) -> dict[QueueKey, str]:
     return found
 
 
+def _redispatched_whole(store: MessageStore) -> bool:
+    """Whether recovery dispatches every record of the log again (after a crash, its scan
+    started at the log's first segment): a queue lost before the start is then re-created
+    whole by dispatch (by reput, from where a full disk stopped recovery's dispatch)."""
+    report = store.recovery
+    return (
+        report is not None
+        and not report.last_exit_ok
+        and report.scan_from <= store.commit_log.min_offset
+    )
+
+
 def _missing_at_start(
     store: MessageStore, snapshot: QueueOffsetSnapshot | None, scan: offset_table.Scan
 ) -> dict[QueueKey, str]:
     """Queues with records but no files when the store was loaded. Recovery may have
     dispatched some of their records since (after a crash) into a queue pre-filled with
     blanks up to them: only a queue born after the snapshot whose files start at its first
-    record of the scan is whole."""
+    record of the scan is whole, or every queue when recovery dispatched the whole log."""
+    if _redispatched_whole(store):
+        return {}
     loaded = store.queues.loaded
     min_offset = store.commit_log.min_offset
     missing: dict[QueueKey, str] = {}
@@ -228,22 +250,66 @@ def index_damage(store: MessageStore, end: int) -> str:
     if isinstance(job, dict) and job.get("state") in ("building", "ready"):
         return f"{job.get('reason') or 'an index rebuild'}; it was interrupted"
     return index_coverage_problem(store, end) or derived_check.check_index(
-        store.index, store.commit_log, end
+        store.index, store.commit_log, end, store.queues
     )
 
 
-def settle(store: MessageStore) -> None:
+@dataclass
+class _Deferred:
+    """A start check that waits for dispatch to reach the recovered ``end``."""
+
+    snapshot: QueueOffsetSnapshot | None
+    scan: offset_table.Scan
+    end: int
+
+
+#: Stores whose start check waits (:func:`settle` with ``dispatch_stalled_at``).
+_deferred: weakref.WeakKeyDictionary[MessageStore, _Deferred] = weakref.WeakKeyDictionary()
+
+
+def settle(store: MessageStore, dispatch_stalled_at: int | None = None) -> None:
     """Steps 1 to 5 of the module docstring, after recovery (``store.reput_offset`` is the
-    recovered end). Standalone writer only."""
+    recovered end). Standalone writer only.
+
+    ``dispatch_stalled_at``: where a full disk stopped recovery's dispatch (``full_disk``).
+    The derived files then end there, short of the log, until reput dispatches the rest once
+    space returns: judged now, every queue with records after that point would look cut
+    short and be rebuilt for nothing. So steps 2, 4 and 5 wait until dispatch reaches the
+    recovered end (:func:`check_when_dispatched`, reput's step); the next queue offsets
+    (step 3) are set now from the snapshot, the scan and the damage known at load (files
+    that did not load, an interrupted rebuild), and the records not dispatched are counted
+    in them by ``full_disk.pause_dispatch``. Puts are refused meanwhile (reput is paused).
+    """
     end = store.reput_offset
     snapshot = offset_table.usable_snapshot(store, end)
     begin = snapshot.log_offset if snapshot is not None else end
     scan = offset_table.scan_after(store, max(begin, store.commit_log.min_offset), end)
-    damaged = damaged_queues(store, snapshot, scan, end)
-    offset_table.set_queue_offsets(store, snapshot, scan, damaged)
-    record_damage(store, damaged, index_damage(store, end))
+    if dispatch_stalled_at is not None and dispatch_stalled_at < end:
+        known = {**store.queues.damaged, **_interrupted_queues(store)}
+        offset_table.set_queue_offsets(store, snapshot, scan, known)
+        _deferred[store] = _Deferred(snapshot, scan, end)
+        log.warning(
+            "%s: the start check of the ConsumeQueues and the index waits until dispatch "
+            "reaches %d (a full disk stopped it at %d)", store.root, end, dispatch_stalled_at,
+        )  # fmt: skip
+    else:
+        damaged = damaged_queues(store, snapshot, scan, end)
+        offset_table.set_queue_offsets(store, snapshot, scan, damaged)
+        record_damage(store, damaged, index_damage(store, end))
     store.queue_snapshot = snapshot
     offset_table.save_snapshot(store)
+
+
+def check_when_dispatched(store: MessageStore) -> None:
+    """Run the start check :func:`settle` deferred, once dispatch has reached the recovered
+    end (reput's step calls it after each pass: a dict lookup while nothing waits)."""
+    waiting = _deferred.get(store)
+    if waiting is None or store.reput_offset < waiting.end:
+        return
+    del _deferred[store]
+    log.info("%s: dispatch reached %d: the start check runs now", store.root, waiting.end)
+    damaged = damaged_queues(store, waiting.snapshot, waiting.scan, waiting.end)
+    record_damage(store, damaged, index_damage(store, waiting.end))
 
 
 def settle_attached(store: MessageStore, end: int) -> None:
@@ -308,27 +374,61 @@ def record_damage(store: MessageStore, damaged: dict[QueueKey, str], index: str)
     if index:
         log.error("the index is damaged: %s; rebuilding it from the CommitLog", index)
     try:
-        if index:
-            rebuild_dir.write_json_atomically(
-                rebuild_dir.rebuild_dir(store.root) / rebuild_dir.INDEX_REQUEST,
-                {"reason": index, "requested_ms": store.clock.now_ms()},
-            )
-        if damaged:
-            rebuild_dir.save_queue_job(
-                store.root,
-                {
-                    "state": "building",
-                    "scope": "queues",
-                    "queues": [
-                        {"topic": t, "queue_id": q, "reason": why}
-                        for (t, q), why in sorted(damaged.items())
-                    ],
-                    "started_ms": store.clock.now_ms(),
-                },
-            )
-    except OSError as exc:  # a full disk: the store opens; the next start finds it again
-        log.error("%s: the rebuild could not be scheduled: %s", store.root, exc)
+        _schedule(store, damaged, index)
+    except OSError as exc:  # a full disk: the store opens; the rebuild service retries
+        _unscheduled[store] = (dict(damaged), index)
+        log.error(
+            "%s: the rebuild could not be scheduled: %s; retried until it can be",
+            store.root, exc,
+        )  # fmt: skip
     show_condition(store, 0.0)
+
+
+#: Rebuilds :func:`record_damage` could not write the job files of (a full disk), retried by
+#: :func:`schedule_pending`; meanwhile their puts are refused as for any damaged queue.
+_unscheduled: weakref.WeakKeyDictionary[MessageStore, tuple[dict[QueueKey, str], str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _schedule(store: MessageStore, damaged: dict[QueueKey, str], index: str) -> None:
+    """Write the index rebuild request and the queue rebuild job (step 5)."""
+    if index:
+        rebuild_dir.write_json_atomically(
+            rebuild_dir.rebuild_dir(store.root) / rebuild_dir.INDEX_REQUEST,
+            {"reason": index, "requested_ms": store.clock.now_ms()},
+        )
+    if damaged:
+        rebuild_dir.save_queue_job(
+            store.root,
+            {
+                "state": "building",
+                "scope": "queues",
+                "queues": [
+                    {"topic": t, "queue_id": q, "reason": why}
+                    for (t, q), why in sorted(damaged.items())
+                ],
+                "started_ms": store.clock.now_ms(),
+            },
+        )
+
+
+def schedule_pending(store: MessageStore) -> None:
+    """Write the job files of a rebuild :func:`record_damage` could not schedule (the
+    rebuild service's step calls it first: a dict lookup while nothing is pending). Queues
+    that left the rebuild meanwhile (a deleted topic) are left out."""
+    pending = _unscheduled.get(store)
+    if pending is None:
+        return
+    damaged = {k: why for k, why in pending[0].items() if k in store.rebuilding_queues}
+    index = pending[1] if store.index_damage else ""
+    try:
+        _schedule(store, damaged, index)
+    except OSError as exc:
+        log.debug("%s: the rebuild still cannot be scheduled: %s", store.root, exc)
+        return
+    del _unscheduled[store]
+    log.warning("%s: the rebuild is scheduled now", store.root)
 
 
 def show_condition(store: MessageStore, progress: float) -> None:

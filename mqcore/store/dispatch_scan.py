@@ -178,6 +178,7 @@ def _scan_records(
     delay_levels_ms: Sequence[int],
     rows: list[Row],
     budget: int,
+    skip_corrupt: bool = True,
 ) -> tuple[int, int]:
     """The walk one record at a time, for at most ``budget`` records (the records the column
     walk leaves: anything off its path, and the ones right after).
@@ -185,7 +186,8 @@ def _scan_records(
     Returns:
         ``(position reached, how the walk ended)``: :data:`_GOING` (budget spent or ``stop``
         reached), :data:`_BLANK` (a blank record: on to the next segment) or :data:`_ENDED`
-        (a record not fully written, or corrupt with no size).
+        (a record not fully written, or corrupt with no size, or with one and not
+        ``skip_corrupt``).
     """
     unpack = _HEADER.unpack_from
     unpack_length = PROPERTIES_LENGTH.unpack_from
@@ -253,7 +255,7 @@ def _scan_records(
             pos += result.size
         elif isinstance(result, Blank):
             return pos, _BLANK
-        elif isinstance(result, Corrupt) and result.size > 0:
+        elif isinstance(result, Corrupt) and result.size > 0 and skip_corrupt:
             pos += result.size
         else:  # NeedMore, or Corrupt with nothing to skip: wait for recovery
             return pos, _ENDED
@@ -695,12 +697,14 @@ def scan_columns(
     limit: int,
     delay_levels_ms: Sequence[int],
     out: Columns,
+    *,
+    skip_corrupt: bool = True,
 ) -> tuple[int, bool]:
     """Append the columns of each record in ``buf`` (a segment's mapping, or bytes: slices
     must be hashable) from ``pos`` while ``pos < stop`` (``limit``: end of the readable
     bytes, as ``decode_dispatch`` takes it), as ``CommitLog.iter_dispatch`` walks a segment:
-    a corrupt record that states its size is skipped; a blank record, a record not fully
-    written, or a corrupt one with no size ends the walk.
+    a corrupt record that states its size is skipped (unless ``skip_corrupt`` is False);
+    a blank record, a record not fully written, or a corrupt one with no size ends the walk.
 
     Returns:
         ``(position reached, whether a blank record sent the walk to the next segment)``.
@@ -711,7 +715,7 @@ def scan_columns(
             continue
         # The record at ``pos`` is off the column path: _scan_records decides what it is.
         rows: list[Row] = []
-        pos, ended = _scan_records(buf, pos, stop, limit, delay_levels_ms, rows, 1)
+        pos, ended = _scan_records(buf, pos, stop, limit, delay_levels_ms, rows, 1, skip_corrupt)
         out.extend_rows(rows)
         if ended != _GOING:
             return pos, ended == _BLANK
@@ -724,10 +728,12 @@ def dispatch_columns(
     end_offset: int,
     max_bytes: int,
     delay_levels_ms: Sequence[int],
+    *,
+    skip_corrupt: bool = True,
 ) -> tuple[Columns, int]:
     """:meth:`CommitLog.iter_dispatch`'s walk as columns (reput's): the same segments, stops,
-    quarantined ranges jumped over and records. Returns the columns and the offset the walk
-    reached."""
+    quarantined ranges jumped over and records (``skip_corrupt`` as there). Returns the
+    columns and the offset the walk reached."""
     out = Columns()
     quarantine = commit_log.quarantine
     offset = max(from_offset, commit_log.min_offset)
@@ -751,8 +757,9 @@ def dispatch_columns(
                 limit = min(limit, bad - base)
             stop = min(limit, budget_end - base)
             pos, to_next_segment = scan_columns(
-                segment.buffer, offset - base, stop, limit, delay_levels_ms, out
-            )
+                segment.buffer, offset - base, stop, limit, delay_levels_ms, out,
+                skip_corrupt=skip_corrupt,
+            )  # fmt: skip
         finally:
             segment.release()
         if to_next_segment:

@@ -17,7 +17,8 @@ that a misjudged tail is never lost either. Layout::
 A report holds: ``kind`` (``corrupt`` / ``torn_tail``), ``segment`` (``commitlog/<name>``),
 ``position`` in that file, ``offset`` in the CommitLog, ``length`` of the range, ``end``
 (where valid records resume, for a corrupt range), ``copied_bytes``, ``reason``,
-``found_ms``, ``found_by`` (``recovery``, ``read`` or ``check``) and ``records``: the
+``found_ms``, ``found_by`` (``recovery``, ``read``, ``check``: the start check of the
+derived files, or ``rebuild``: a rebuild's walk of the log) and ``records``: the
 headers inside the range that still read (their PHYSICALOFFSET field equals their position):
 topic, queue id and queue offset of each message the range holds.
 
@@ -79,7 +80,7 @@ REFRESH_INTERVAL_S = 1.0
 _LOGGED_MAX = 10_000
 
 Kind = Literal["corrupt", "torn_tail"]
-FoundBy = Literal["recovery", "read", "check"]
+FoundBy = Literal["recovery", "read", "check", "rebuild"]
 
 _MAGICS = tuple(
     c.to_bytes(4, "big", signed=True) for c in (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2)

@@ -61,7 +61,7 @@ from mqcore.store.format import (
 )
 from mqcore.store.index_service import IndexService
 from mqcore.store.mapped_file import MappedFile
-from mqcore.store.quarantine import QuarantineEntry
+from mqcore.store.quarantine import FoundBy, QuarantineEntry
 from mqcore.store.record_search import SegmentFile
 
 log = logging.getLogger(__name__)
@@ -231,10 +231,10 @@ def _quarantine_between(
     start: tuple[int, int],
     resume: tuple[int, int],
     reason: str,
-    report: RecoveryReport,
-) -> None:
+    found_by: FoundBy = "recovery",
+) -> list[QuarantineEntry]:
     """Quarantine the bytes from ``start`` up to ``resume`` (segment index, position), one
-    range per segment they cover."""
+    range per segment they cover; returns the ranges."""
     segments = commit_log.segments.files
     file_size = commit_log.file_size
     (index, pos), (resume_index, resume_pos) = start, resume
@@ -247,12 +247,68 @@ def _quarantine_between(
         if resume_pos > 0:
             pieces.append((resume_index, 0, resume_pos))
     first = segments[index].base_offset + pos
+    entries = []
     for j, a, b in pieces:
         why = reason if j == index else f"no valid record here (after the corruption at {first})"
-        entry = commit_log.quarantine.quarantine(
-            files[j], segments[j].base_offset, a, b, reason=why, found_by="recovery"
+        entries.append(
+            commit_log.quarantine.quarantine(
+                files[j], segments[j].base_offset, a, b, reason=why, found_by=found_by
+            )
         )
-        report.quarantined.append(entry)
+    return entries
+
+
+def quarantine_stall(commit_log: CommitLog, offset: int, *, found_by: FoundBy) -> int | None:
+    """A walk over records that were whole when they were dispatched (a rebuild's, below
+    the reput position) stopped at ``offset``, a record boundary: if the record there fails
+    its checks and valid records resume after it, quarantine the bytes in between, as the
+    scan does (pass 5). Returns where valid records resume (the walk goes on there), or
+    None when nothing was quarantined.
+
+    Recovery scans only the newest segments, so a record gone bad in an older one is first
+    met by such a walk (or by a read). Nothing is quarantined when the record is valid, or
+    when no valid record follows (the log's end is recovery's business)."""
+    segments = commit_log.segments.files
+    located = _locate(segments, 0, offset)
+    if located is None:
+        return None
+    index, pos = located
+    with ExitStack() as stack:
+        files = _Files(segments, commit_log.file_size, stack)
+        try:
+            found = _stalled_on_corruption(files, segments, index, pos)
+            if found is None:
+                return None
+            resume, reason = found
+            entries = _quarantine_between(commit_log, files, (index, pos), resume, reason, found_by)
+        except OSError as exc:  # the segment was cleaned up meanwhile
+            log.warning("CommitLog at %d could not be read (%s): nothing quarantined", offset, exc)
+            return None
+    return entries[-1].end if entries else None
+
+
+def _stalled_on_corruption(
+    files: _Files, segments: tuple[MappedFile, ...], index: int, pos: int
+) -> tuple[tuple[int, int], str] | None:
+    """Where valid records resume after a bad record at ``pos`` of ``segments[index]``, and
+    what is wrong with it; None if the record is valid or nothing valid follows. Read from
+    the file (``_Files``' rule: no mapping, so no page of a huge segment becomes resident)."""
+    f = files[index]
+    offset = segments[index].base_offset + pos
+    if f.valid_at(pos, segments[index].base_offset) is not None:
+        return None
+    available = min(f.file_size, files.data_end(index)) - pos
+    total = int.from_bytes(f.read(pos, 4), "big", signed=True)
+    result: RecordCheck
+    if available <= 0:
+        result = Corrupt(0, "end of written data")
+    elif total > available:
+        result = NeedMore(total)
+    else:
+        data = f.read(pos, max(total, 8))
+        result = check_record(data, 0, len(data), check_crc=True)
+    resume = _resume(files, segments, index, pos)
+    return None if resume is None else (resume, _failure(result, offset))
 
 
 def scan_commit_log(
@@ -329,8 +385,8 @@ def scan_commit_log(
                     else f"end of written data at {base + pos}"
                 )
                 break
-            _quarantine_between(
-                commit_log, files, (index, pos), found, _failure(result, base + pos), report
+            report.quarantined += _quarantine_between(
+                commit_log, files, (index, pos), found, _failure(result, base + pos)
             )
             index, pos = found
     return segments[index].base_offset + pos

@@ -270,7 +270,7 @@ class MessageStore:
             index_dispatch=stall.wrap(self._dispatch_index),
         )
         self.reput_offset = self.recovery.end_offset
-        derived_start.settle(self)
+        derived_start.settle(self, stall.at)  # with a full disk: the check waits for reput
         full_disk.pause_dispatch(self, stall)  # if the disk was full: reput goes on later
         self.queues.clean_expired(self.commit_log.min_offset)
         full_disk.flush_checkpoint(self)

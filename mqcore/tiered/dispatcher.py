@@ -24,6 +24,15 @@ flat file is dropped, so the next step resumes from the saved progress: nothing 
 and nothing duplicated. A local gap (the dispatch offset is below the local min offset, or
 a record was deleted before it was uploaded) stops that queue and is reported in ``gaps``;
 the tier never skips offsets.
+
+Records the local store does not serve: a blank unit (a record missing from the CommitLog,
+whose offset the queue keeps) and a record in a quarantined range (``quarantine.py``: kept
+in place, skipped by local readers) are copied as a blank unit (``FlatFile.append_blank``),
+so the tier skips that offset as the local store does and the queue goes on. A record that
+fails its checks (framing, body CRC: the tier must not keep what local reads would refuse)
+is handed to ``CommitLog.quarantine_unreadable``: quarantined, it becomes a blank unit too;
+otherwise the unit itself is wrong (a damaged ConsumeQueue, which the start check finds and
+a rebuild repairs) and the queue stops there for this step, reported in ``gaps``.
 """
 
 from __future__ import annotations
@@ -34,8 +43,8 @@ from typing import Any
 
 from mqcore.errors import StoreError
 from mqcore.metadata.topics import RESERVED_TOPICS, SYSTEM_TOPIC_PREFIX
-from mqcore.store.consume_queue import ConsumeQueue
-from mqcore.store.format import decode_record
+from mqcore.store.consume_queue import BLANK_SIZE, ConsumeQueue, Unit
+from mqcore.store.format import Corrupt, Valid, check_record, decode_record
 from mqcore.store.properties import PROPERTY_UNIQ_KEY
 from mqcore.store.store import MessageStore
 from mqcore.tiered.flat_file import FlatFile
@@ -61,6 +70,8 @@ class UploadResult:
     """What one step did (figures for status pages and tests)."""
 
     messages_appended: int = 0
+    #: Of ``messages_appended``: offsets copied as blank units (no record to serve).
+    blanks_appended: int = 0
     bytes_appended: int = 0
     messages_committed: int = 0
     commits: int = 0
@@ -76,6 +87,7 @@ class UploadResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "messages_appended": self.messages_appended,
+            "blanks_appended": self.blanks_appended,
             "bytes_appended": self.bytes_appended,
             "messages_committed": self.messages_committed,
             "commits": self.commits,
@@ -147,15 +159,19 @@ def _upload_queue(
             if not units:
                 break
             for unit in units:
-                raw = store.commit_log.read(unit.phys_offset, unit.size)
+                raw = _record_of(store, topic, queue_id, unit)
                 if raw is None:
                     result.gaps.append(f"{topic}/{queue_id}: record {offset} is not readable")
                     offset = local_max  # stop this queue for this step
                     break
-                flat.append(raw, unit.queue_offset, unit.tags_code)  # checks the framing
-                recent[unit.queue_offset] = raw
+                if raw:
+                    flat.append(raw, unit.queue_offset, unit.tags_code)  # checks the framing
+                    recent[unit.queue_offset] = raw
+                    result.bytes_appended += unit.size
+                else:
+                    flat.append_blank(unit.queue_offset)
+                    result.blanks_appended += 1
                 result.messages_appended += 1
-                result.bytes_appended += unit.size
                 copied += 1
                 offset = unit.queue_offset + 1
                 # Only count and size here: a backlog older than the commit timeout would
@@ -166,6 +182,35 @@ def _upload_queue(
     if flat.dispatch_offset > flat.commit_offset and (force or flat.should_commit()):
         _commit(tier, flat, result, recent)
     _index_keys(tier, flat, result, recent)
+
+
+def _record_of(store: MessageStore, topic: str, queue_id: int, unit: Unit) -> bytes | None:
+    """The record ``unit`` points at, checked; ``b""`` when the local store has none there
+    to serve (module docstring: a blank unit goes to the tier); None when it cannot be read
+    (expired, or a wrong unit)."""
+    if unit.phys_offset == 0 and unit.size == BLANK_SIZE:
+        return b""
+    quarantine = store.commit_log.quarantine
+    if quarantine.ranges:
+        entry = quarantine.covering(unit.phys_offset, unit.size)
+        if entry is not None:
+            where = f"{topic}-{queue_id} offset {unit.queue_offset}"
+            quarantine.log_skip(entry, "the tiered upload", where)
+            return b""
+    raw = store.commit_log.read(unit.phys_offset, unit.size)
+    if raw is None:
+        return None
+    checked = check_record(raw, 0, len(raw), check_crc=True)
+    if isinstance(checked, Valid) and checked.size == len(raw):
+        return raw
+    reason = checked.detail if isinstance(checked, Corrupt) else f"not one record: {checked}"
+    if store.commit_log.quarantine_unreadable(unit.phys_offset, unit.size, reason):
+        return b""
+    log.error(
+        "tiered upload of %s-%d stops at offset %d: its unit points at no valid record "
+        "(%s); the ConsumeQueue is damaged", topic, queue_id, unit.queue_offset, reason,
+    )  # fmt: skip
+    return None
 
 
 def _commit(
@@ -188,14 +233,16 @@ def _index_keys(
     end = flat.commit_offset
     while offset < end:
         stop = min(end, offset + _UNIT_BATCH)
-        if all(o in recent for o in (offset, stop - 1)):
-            batch = [(o, recent.pop(o)) for o in range(offset, stop)]
+        if all(o in recent for o in (offset, stop - 1)):  # blank units have no record
+            batch = [(o, recent.pop(o)) for o in range(offset, stop) if o in recent]
         else:
             batch = [(u.queue_offset, raw) for u, raw in flat.entries(offset, stop - offset)]
         if not batch:
             return
         entries: list[tuple[str, int, int]] = []
         for queue_offset, raw in batch:
+            if not raw:
+                continue  # a blank unit: no keys
             message = decode_record(raw, 0, read_body=False)
             ts = message.store_timestamp
             uniq = message.properties.get(PROPERTY_UNIQ_KEY)

@@ -10,7 +10,11 @@ Layout (both are sequences of backend segments, named by their first byte offset
                                                               CommitLog, size, tags_code
 
 Only the CQ unit's phys_offset is re-based; the record keeps its original PHYSICALOFFSET and
-QUEUEOFFSET fields, so a record read from the tier is identical to the local one. The flat
+QUEUEOFFSET fields, so a record read from the tier is identical to the local one. A queue
+offset whose record the local store does not have (a blank unit there: the record is missing
+from the CommitLog, or quarantined as corrupt) gets a *blank unit* here too, ``(0,
+2147483647, 0)`` as locally, and no CommitLog bytes (:meth:`FlatFile.append_blank`): queue
+offsets never shift, and readers skip it as local readers do. The flat
 ConsumeQueue starts at ``start_queue_offset * 20`` (a queue's tier may begin mid-queue); the
 flat CommitLog starts at byte 0. A record never straddles CommitLog segments: a segment rolls
 before a record would take it past ``commit_log_segment_size_bytes``.
@@ -46,13 +50,22 @@ from dataclasses import dataclass, field
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import CorruptIndexError, CorruptRecordError, ValidationError
-from mqcore.store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, Unit
+from mqcore.store.consume_queue import BLANK_SIZE, BLANK_UNIT, CQ_UNIT, CQ_UNIT_SIZE, Unit
 from mqcore.store.format import Valid, check_record
 from mqcore.tiered.backend import SegmentBackend, SegmentId, SegmentType, TieredStoreError
 from mqcore.tiered.config import TieredConfig
 from mqcore.tiered.metadata import QueueProgress, SegmentMeta, SegmentStatus, TieredMetadataStore
 
 log = logging.getLogger(__name__)
+
+
+#: Units read at a time while looking past blank units.
+_SCAN_UNITS = 256
+
+
+def is_blank(unit: Unit) -> bool:
+    """Whether ``unit`` is a blank unit (module docstring): an offset with no record."""
+    return unit.phys_offset == 0 and unit.size == BLANK_SIZE
 
 
 @dataclass(slots=True)
@@ -339,8 +352,8 @@ class FlatFile:
             )
 
     def _check_commit_log_end(self) -> None:
-        if self._commit_offset > self._min_offset:
-            last = self._unit_locked_unchecked(self._commit_offset - 1)
+        last = self._last_record_unit_locked()
+        if last is not None:
             if last.phys_offset + last.size != self._commit_log.commit_offset:
                 raise TieredStoreError(
                     f"tiered {self.topic}/{self.queue_id}: last unit ends at "
@@ -351,6 +364,28 @@ class FlatFile:
     def _unit_locked_unchecked(self, queue_offset: int) -> Unit:
         raw = self._consume_queue.read(queue_offset * CQ_UNIT_SIZE, CQ_UNIT_SIZE)
         return Unit(queue_offset, *CQ_UNIT.unpack(raw))
+
+    def _last_record_unit_locked(self) -> Unit | None:
+        """The last committed unit that is not blank (None if there is none)."""
+        end = self._commit_offset
+        while end > self._min_offset:
+            start = max(self._min_offset, end - _SCAN_UNITS)
+            for unit in reversed(self._units_locked(start, end - start)):
+                if not is_blank(unit):
+                    return unit
+            end = start
+        return None
+
+    def _next_record_phys_locked(self, queue_offset: int) -> int | None:
+        """The phys offset of the first committed unit at or after ``queue_offset`` that is
+        not blank (None if there is none)."""
+        while queue_offset < self._commit_offset:
+            units = self._units_locked(queue_offset, _SCAN_UNITS)
+            for unit in units:
+                if not is_blank(unit):
+                    return unit.phys_offset
+            queue_offset += len(units)
+        return None
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -434,6 +469,36 @@ class FlatFile:
                 self._oldest_pending_ms = store_timestamp
             self._pending_count += 1
             self._pending_bytes += len(record)
+            self._dispatch_offset += 1
+            return True
+
+    def append_blank(self, queue_offset: int) -> bool:
+        """Buffer a blank unit at ``queue_offset`` (module docstring: the local store has
+        no record there), with no CommitLog bytes. Thread-safe.
+
+        Returns:
+            True if appended, False if ``queue_offset`` was appended already.
+
+        Raises:
+            ValidationError: ``queue_offset`` is past the dispatch offset (a gap).
+        """
+        if self.readonly:
+            raise TieredStoreError(f"tiered {self.topic}/{self.queue_id} was opened read-only")
+        with self._lock:
+            if queue_offset < self._dispatch_offset:
+                return False
+            if queue_offset > self._dispatch_offset:
+                raise ValidationError(
+                    "queue_offset",
+                    "contiguous",
+                    f"tiered {self.topic}/{self.queue_id}: blank at {queue_offset}, "
+                    f"expected {self._dispatch_offset}",
+                )
+            now_ms = self.clock.now_ms()
+            self._consume_queue.append(BLANK_UNIT, now_ms, now_ms)
+            if not self._pending_count:
+                self._oldest_pending_ms = now_ms
+            self._pending_count += 1
             self._dispatch_offset += 1
             return True
 
@@ -521,7 +586,8 @@ class FlatFile:
         self, queue_offset: int, max_count: int, max_bytes: int | None = None
     ) -> list[tuple[Unit, bytes]]:
         """Committed (unit, record) pairs from ``queue_offset``, at most ``max_count`` and,
-        past the first, at most ``max_bytes`` of records. Thread-safe.
+        past the first, at most ``max_bytes`` of records. A blank unit comes with ``b""``
+        (no record: readers skip it, and go on after its offset). Thread-safe.
 
         Raises:
             CorruptIndexError: the backend lost committed bytes.
@@ -531,16 +597,30 @@ class FlatFile:
             if max_bytes is not None and units:
                 total, kept = 0, 0
                 for unit in units:
-                    if kept and total + unit.size > max_bytes:
+                    size = 0 if is_blank(unit) else unit.size
+                    if kept and total + size > max_bytes:
                         break
-                    total += unit.size
+                    total += size
                     kept += 1
                 units = units[:kept]
-            if not units:
-                return []
-            start = units[0].phys_offset
-            span = self._commit_log.read(start, units[-1].phys_offset + units[-1].size - start)
-        return [(u, span[u.phys_offset - start : u.phys_offset - start + u.size]) for u in units]
+            return self._with_records_locked(units)
+
+    def _with_records_locked(self, units: list[Unit]) -> list[tuple[Unit, bytes]]:
+        """Each unit with its record, read in one span (``b""`` for a blank unit)."""
+        real = [u for u in units if not is_blank(u)]
+        if not real:
+            return [(u, b"") for u in units]
+        start = real[0].phys_offset
+        span = self._commit_log.read(start, real[-1].phys_offset + real[-1].size - start)
+        return [
+            (
+                u,
+                b""
+                if is_blank(u)
+                else span[u.phys_offset - start : u.phys_offset - start + u.size],
+            )
+            for u in units
+        ]
 
     def size_bytes(self) -> int:
         """Committed bytes in the tier (flat CommitLog + flat ConsumeQueue). Thread-safe."""
@@ -601,27 +681,24 @@ class FlatFile:
         low, high = self._min_offset, self._commit_offset
         while low < high:
             mid = (low + high) // 2
-            if self._unit_locked_unchecked(mid).phys_offset >= phys_offset:
+            found = self._next_record_phys_locked(mid)  # a blank unit: the next record's
+            if found is None or found >= phys_offset:
                 high = mid
             else:
                 low = mid + 1
         return low
 
     def read(self, queue_offset: int, max_count: int) -> list[bytes]:
-        """Committed records from ``queue_offset``, byte for byte as stored locally.
-        Thread-safe.
+        """Committed records from ``queue_offset``, byte for byte as stored locally; blank
+        units are skipped. Thread-safe.
 
         Returns:
-            Up to ``max_count`` records; empty when ``queue_offset`` is outside
-            [min_offset, commit_offset) (callers compare with those to tell why).
+            The records of up to ``max_count`` offsets; empty when ``queue_offset`` is
+            outside [min_offset, commit_offset) (callers compare with those to tell why).
 
         Raises:
             CorruptIndexError: the backend lost committed bytes.
         """
         with self._lock:
-            units = self._units_locked(queue_offset, max_count)
-            if not units:
-                return []
-            start = units[0].phys_offset
-            span = self._commit_log.read(start, units[-1].phys_offset + units[-1].size - start)
-        return [span[u.phys_offset - start : u.phys_offset - start + u.size] for u in units]
+            pairs = self._with_records_locked(self._units_locked(queue_offset, max_count))
+        return [raw for unit, raw in pairs if not is_blank(unit)]

@@ -55,7 +55,7 @@ from mqcore.store.results import GetResult, GetStatus
 from mqcore.store.store import MessageStore
 from mqcore.tiered.config import ReadStrategy
 from mqcore.tiered.dispatcher import is_system_topic
-from mqcore.tiered.flat_file import FlatFile
+from mqcore.tiered.flat_file import FlatFile, is_blank
 from mqcore.tiered.read_ahead import ReadAheadCache
 from mqcore.tiered.storage import TieredStorage
 
@@ -254,6 +254,8 @@ class TieredMessageStore:
             if len(messages) >= max_count:
                 break
             next_offset = unit.queue_offset + 1
+            if not raw:  # a blank unit: no record at that offset (flat_file.py), skipped
+                continue
             if codes is not None and _int32(unit.tags_code) not in codes:
                 continue
             messages.append(decode_record(raw, 0))
@@ -326,7 +328,7 @@ class TieredMessageStore:
                 )
                 for hit in hits:
                     got = flat.entries(hit.queue_offset, 1)
-                    if got:
+                    if got and got[0][1]:
                         out.append(decode_record(got[0][1], 0))
             except (StoreError, OSError) as exc:
                 log.warning("tiered key lookup in %s/%s failed: %s", topic, queue_id, exc)
@@ -374,8 +376,15 @@ class TieredMessageStore:
         return out
 
 
+#: Offsets :func:`_store_time` looks past a blank unit for the next record.
+_BLANK_SCAN = 64
+
+
 def _store_time(flat: FlatFile, queue_offset: int) -> int:
-    got = flat.entries(queue_offset, 1)
+    """The store time of the record at ``queue_offset`` or, for a blank unit, of the next
+    record (a blank stands where its record would have been: times stay in order)."""
+    record = next((u for u in flat.units(queue_offset, _BLANK_SCAN) if not is_blank(u)), None)
+    got = flat.entries(record.queue_offset, 1) if record is not None else []
     if not got:
         raise StoreError(f"tiered {flat.topic}/{flat.queue_id}: offset {queue_offset} missing")
     raw = got[0][1]

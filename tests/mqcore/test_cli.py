@@ -169,11 +169,12 @@ def test_check_lists_the_quarantine_and_never_says_ok(
     victim = store[1].messages[200]
     size = CONFIG.commitlog_file_size
     base = victim.phys_offset - victim.phys_offset % size
-    with open(root / "commitlog" / f"{base:020d}", "r+b") as f:
-        f.seek(victim.phys_offset - base + 4)  # MAGICCODE
-        f.write(bytes(4))
     with MessageStore(root, CONFIG, clock=FakeClock(T0 + 10**6)) as s:
-        # An old segment: recovery does not rescan it after a clean exit; a pull finds it.
+        # Damaged after the start (its check of the derived files would have found it) in
+        # an old segment, which no recovery rescans: a pull finds it.
+        with open(root / "commitlog" / f"{base:020d}", "r+b") as f:
+            f.seek(victim.phys_offset - base + 4)  # MAGICCODE
+            f.write(bytes(4))
         assert s.quarantine.covering(victim.phys_offset) is None
         got = s.get_messages("g", victim.topic, victim.queue_id, victim.queue_offset, 2)
         assert [m.queue_offset for m in got.messages] == [victim.queue_offset + 1]

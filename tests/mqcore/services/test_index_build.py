@@ -171,6 +171,39 @@ def test_offline_queue_rebuild(tmp_path: Path) -> None:
         assert keys_found(store, range(0, 400, 13)) == list(range(0, 400, 13))
 
 
+def test_offline_queue_rebuild_quarantines_a_record_gone_bad_and_keeps_every_offset(
+    tmp_path: Path,
+) -> None:
+    """A record's TOTALSIZE flipped (+512) in the first segment after the start (so that
+    the start check did not meet it): the offline rebuild's walk quarantines the record
+    instead of skipping 512 more bytes of good records, and the rebuilt queue holds a blank
+    at its offset and every other record at its own."""
+    with MessageStore(tmp_path, SMALL) as store:
+        put_many(store, 400)
+        reput_all(store)
+    with MessageStore(tmp_path, SMALL) as store:
+        queue = store.queues.get("Orders", 0)
+        assert queue is not None
+        unit = queue.unit_at(10)
+        assert unit is not None and unit.phys_offset < SMALL.commitlog_file_size
+        phys, size = unit.phys_offset, unit.size
+        with open(tmp_path / "commitlog" / f"{0:020d}", "r+b") as f:
+            f.seek(phys + 2)
+            old = f.read(1)[0]
+            f.seek(phys + 2)
+            f.write(bytes([old ^ 0x02]))
+        total = index_build.rebuild_queues(store, max_bytes=4096)
+        assert total == 399
+        [entry] = store.quarantine.ranges
+        assert (entry.offset, entry.length, entry.found_by) == (phys, size, "rebuild")
+        expected = [f"order {i}".encode() for i in range(0, 400, 2) if i != 20]
+        assert drain(store, "Orders", 0) == expected
+        assert drain(store, "Orders", 1) == [f"order {i}".encode() for i in range(1, 400, 2)]
+        queue = store.queues.get("Orders", 0)
+        assert queue is not None and queue.max_offset == 200
+        assert keys_found(store, range(400)) == [i for i in range(400) if i != 20]
+
+
 def test_queue_rebuild_needs_the_store_to_itself(tmp_path: Path) -> None:
     with MessageStore(tmp_path, SMALL, role="broker") as broker:
         with pytest.raises(StoreError, match="stop the broker"):

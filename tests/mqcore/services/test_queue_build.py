@@ -14,6 +14,7 @@ from mqcore.clock import SystemClock
 from mqcore.message import Message
 from mqcore.services import inline, queue_build, rebuild, reput
 from mqcore.store import MessageStore, PutStatus, queue_snapshot
+from mqcore.store.consume_queue import CQ_UNIT
 from mqcore.store.geometry import infer_geometry
 from mqcore.store.progress import Slot
 from mqcore.store.queue_snapshot import QueueEntry
@@ -232,3 +233,54 @@ def test_a_rebuild_that_cannot_be_installed_starts_again_and_reput_goes_on(
         assert '"state": "building"' in (tmp_path / "rebuild" / "queues.json").read_text()
         rebuild_until_installed(store)
         assert drain(store, "Orders", 1) == bodies(1)
+
+
+def damage_record(root: Path, queue_id: int, queue_offset: int, byte: int, mask: int) -> tuple:
+    """XOR ``mask`` into byte ``byte`` of the record of Orders/``queue_id`` at
+    ``queue_offset``, in its CommitLog segment; returns the record's (phys, size)."""
+    per_file = SMALL.consume_queue_file_entries
+    unit_file = sorted((root / "consumequeue" / "Orders" / str(queue_id)).iterdir())[
+        queue_offset // per_file
+    ]
+    phys, size, _ = CQ_UNIT.unpack_from(unit_file.read_bytes(), 20 * (queue_offset % per_file))
+    segment_size = SMALL.commitlog_file_size
+    path = root / "commitlog" / f"{phys // segment_size * segment_size:020d}"
+    with open(path, "r+b") as f:
+        f.seek(phys % segment_size + byte)
+        old = f.read(1)[0]
+        f.seek(phys % segment_size + byte)
+        f.write(bytes([old ^ mask]))
+    return phys, size
+
+
+@pytest.mark.parametrize(("byte", "mask"), [(2, 0x02), (5, 0x40)], ids=["totalsize+512", "magic"])
+def test_a_rebuild_quarantines_a_record_gone_bad_in_an_old_segment_and_renumbers_nothing(
+    tmp_path: Path, byte: int, mask: int
+) -> None:
+    """The queue and the index are lost, and a record of that queue went bad in the first
+    segment (recovery scans only the newest): the rebuild's walk quarantines the record
+    (found by rebuild) and goes on after it, never skipping by a flipped TOTALSIZE; its
+    queue offset becomes a blank unit, every other record keeps its offset and its keys."""
+    fill(tmp_path)
+    victim = 10  # Orders/1 offset 10: "order 21", K21
+    phys, size = damage_record(tmp_path, 1, victim, byte, mask)
+    assert phys < SMALL.commitlog_file_size
+    shutil.rmtree(tmp_path / "consumequeue" / "Orders" / "1")
+    shutil.rmtree(tmp_path / "index")
+    with MessageStore(tmp_path, SMALL) as store:
+        assert store.quarantine.ranges == ()
+        rebuild_until_installed(store, max_bytes=4096)
+        [entry] = store.quarantine.ranges
+        assert (entry.offset, entry.length, entry.found_by) == (phys, size, "rebuild")
+        expected = bodies(1)
+        del expected[victim]
+        assert drain(store, "Orders", 1) == expected
+        queue = store.queues.get("Orders", 1)
+        assert queue is not None
+        assert queue.unit_at(victim - 1) is not None and queue.unit_at(victim + 1) is not None
+        got = store.get_messages("g", "Orders", 1, victim + 1, 1)
+        assert [m.body for m in got.messages] == [b"order 23"]
+        missing = [i for i in range(COUNT) if not store.query_by_key("Orders", f"K{i}", 0, 2**62)]
+        assert missing == [2 * victim + 1]
+        result = store.put_message(Message("Orders", b"next"), 1)
+        assert (result.status, result.queue_offset) == (PutStatus.PUT_OK, COUNT // 2)

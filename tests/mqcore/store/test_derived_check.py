@@ -199,3 +199,89 @@ def test_a_flipped_index_byte_is_found(
     finding = index_finding(root)
     assert finding.startswith(f"index/{path.name}: "), finding
     assert expect in finding, finding
+
+
+def test_a_slot_pointing_at_an_older_entry_of_its_chain_is_found(
+    good_store: Path, tmp_path: Path
+) -> None:
+    """The slot's head moved back along its own chain (a flipped low bit often does that:
+    UNIQ_KEY and KEYS entries of one message sit side by side): every head is still an entry
+    of its slot, but not the newest; the finding names the slot."""
+    root = copy(good_store, tmp_path)
+    path = index_file(root, 1)
+    data = path.read_bytes()
+    entries_at = HEADER.size + CONFIG.index_hash_slots * SLOT.size
+    slot, head = next(
+        (s, h)
+        for s in range(CONFIG.index_hash_slots)
+        if (h := int.from_bytes(data[HEADER.size + 4 * s : HEADER.size + 4 * s + 4], "big")) > 1
+    )
+    prev_at = entries_at + head * ENTRY.size + ENTRY_FIELD_OFFSETS["prev_index"]
+    prev = int.from_bytes(data[prev_at : prev_at + 4], "big")
+    assert prev > 0
+    patch(path, HEADER.size + 4 * slot, prev.to_bytes(4, "big"))
+    finding = index_finding(root)
+    assert finding == (
+        f"index/{path.name}: slot {slot}'s head is entry {prev}, not its newest entry {head}"
+    ), finding
+
+
+def _flip_record(root: Path, queue_id: int, queue_offset: int, at: int) -> tuple[int, int]:
+    """XOR a byte ``at`` bytes into the record of Orders/``queue_id`` at ``queue_offset``
+    (in its CommitLog segment); returns the record's (phys, size)."""
+    unit = queue_file(root, queue_id, queue_offset // 50).read_bytes()
+    phys, size, _ = CQ_UNIT.unpack_from(unit, 20 * (queue_offset % 50))
+    segment_size = CONFIG.commitlog_file_size
+    name = f"{phys // segment_size * segment_size:020d}"
+    xor(root / "commitlog" / name, phys % segment_size + at, 0x40)
+    return phys, size
+
+
+@pytest.mark.parametrize("at", [5, 2], ids=["magic", "totalsize"])
+def test_a_unit_pointing_at_a_damaged_record_quarantines_the_record(
+    good_store: Path, tmp_path: Path, at: int
+) -> None:
+    """The unit is right, the CommitLog went bad (in a segment recovery does not scan):
+    the record is quarantined (found by the check) and neither the queue nor the index is
+    damaged; the units and entries pointing into the range are accepted from then on."""
+    root = copy(good_store, tmp_path)
+    phys, size = _flip_record(root, 1, 17, at)
+    with MessageStore(root, CONFIG, readonly=True) as store:
+        queues = [q for q in store.queues.queues("Orders").values()]
+        end = store.commit_log.max_offset
+        assert dc.check_queues(queues, store.commit_log, end) == {}
+        entry = store.quarantine.covering(phys)
+        assert entry is not None and (entry.offset, entry.length) == (phys, size)
+        assert entry.found_by == "check"
+        assert dc.check_index(store.index, store.commit_log, end) == ""
+        assert dc.check_queues(queues, store.commit_log, end) == {}
+
+
+def test_an_index_entry_pointing_at_a_damaged_record_quarantines_it_through_its_unit(
+    good_store: Path, tmp_path: Path
+) -> None:
+    """The index check alone meets the record first (a big store's sampling may): the
+    record's header still names its queue unit, which frames it."""
+    root = copy(good_store, tmp_path)
+    phys, size = _flip_record(root, 2, 30, 5)
+    with MessageStore(root, CONFIG, readonly=True) as store:
+        end = store.commit_log.max_offset
+        alone = dc.check_index(store.index, store.commit_log, end)
+        assert "points at no valid record" in alone, alone  # nothing to tell it by
+        assert store.quarantine.covering(phys) is None
+        assert dc.check_index(store.index, store.commit_log, end, store.queues) == ""
+        entry = store.quarantine.covering(phys)
+        assert entry is not None and (entry.offset, entry.length) == (phys, size)
+
+
+def test_a_unit_off_by_a_byte_next_to_damage_is_still_damage(
+    good_store: Path, tmp_path: Path
+) -> None:
+    """A wrong pointer is never taken for a damaged record: nothing is quarantined."""
+    root = copy(good_store, tmp_path)
+    xor(queue_file(root, 1, 0), 20 * 9 + 7, 0x01)  # Orders/1 offset 9: phys off by one
+    with MessageStore(root, CONFIG, readonly=True) as store:
+        queues = [q for q in store.queues.queues("Orders").values()]
+        findings = dc.check_queues(queues, store.commit_log, store.commit_log.max_offset)
+        assert "points at" in findings[("Orders", 1)]
+        assert store.quarantine.ranges == ()

@@ -11,6 +11,7 @@ import pytest
 
 from mqcore.message import Message
 from mqcore.store import MessageStore, PutStatus, StoreConfig, queue_snapshot
+from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.queue_snapshot import QueueEntry, QueueOffsetSnapshot
 from mqcore.store.results import RefusedPutResult
 
@@ -96,8 +97,9 @@ def test_a_queue_that_lost_its_last_file_ends_below_the_snapshot(tmp_path: Path)
         assert store.commit_log.queue_offsets[("Orders", 1)] == PER_QUEUE
 
 
-def test_records_after_the_snapshot_count_after_a_crash(tmp_path: Path) -> None:
-    """The snapshot is a second old at a crash: the records after it are scanned."""
+def crashed_copy(tmp_path: Path) -> Path:
+    """A store killed a second after its last queue offset snapshot: 3 x PER_QUEUE records
+    counted in the snapshot, 30 more after it."""
     live = tmp_path / "live"
     store = MessageStore(live, CONFIG).open()
     try:
@@ -113,10 +115,47 @@ def test_records_after_the_snapshot_count_after_a_crash(tmp_path: Path) -> None:
     finally:
         store.close()
     assert (crashed / "abort").exists()
+    return crashed
+
+
+def checkpoint_at_the_end(root: Path) -> None:
+    """A checkpoint written just before the kill: crash recovery rescans the newest segment
+    only (spec 5.7), not the whole log."""
+    checkpoint = Checkpoint.load(root / "checkpoint")
+    late = 2**62
+    checkpoint.physic_msg_timestamp = checkpoint.logics_msg_timestamp = late
+    checkpoint.flush()
+
+
+def test_records_after_the_snapshot_count_after_a_crash(tmp_path: Path) -> None:
+    """The snapshot is a second old at a crash: the records after it are scanned. A queue
+    lost with the crash is damaged: recovery re-created it from the newest segment on,
+    with blanks before (which would hide the older records)."""
+    crashed = crashed_copy(tmp_path)
+    checkpoint_at_the_end(crashed)
     shutil.rmtree(queue_dir(crashed, 1))
     with MessageStore(crashed, CONFIG) as store:
+        assert store.recovery is not None and store.recovery.scan_from > 0
         assert ("Orders", 1) in store.rebuilding_queues
         assert store.commit_log.queue_offsets[("Orders", 1)] == PER_QUEUE + 10
+
+
+def test_a_queue_lost_before_a_crash_recovery_of_the_whole_log_is_whole(tmp_path: Path) -> None:
+    """No checkpoint to start from: crash recovery dispatches every record again, which
+    re-creates the lost queue whole; nothing to rebuild, and puts go on after its records."""
+    crashed = crashed_copy(tmp_path)
+    shutil.rmtree(queue_dir(crashed, 1))
+    with MessageStore(crashed, CONFIG) as store:
+        assert store.recovery is not None and store.recovery.scan_from == 0
+        assert store.rebuilding_queues == {}
+        assert store.commit_log.queue_offsets[("Orders", 1)] == PER_QUEUE + 10
+        bodies = []
+        offset = 0
+        while (got := store.get_messages("g", "Orders", 1, offset, 32)).messages:
+            bodies += [m.body for m in got.messages]
+            offset = got.next_offset
+        assert bodies == [f"Orders {i}".encode() for i in range(1, 3 * PER_QUEUE + 30, 3)]
+        assert store.put_message(Message("Orders", b"x"), 1).queue_offset == PER_QUEUE + 10
 
 
 def test_a_snapshot_past_the_recovered_end_is_not_used(tmp_path: Path) -> None:

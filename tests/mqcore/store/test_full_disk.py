@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from mqcore.clock import SystemClock
 from mqcore.errors import DiskFullError
 from mqcore.message import Message
-from mqcore.services import disk, reput
+from mqcore.services import disk, rebuild, reput
 from mqcore.store import GetStatus, MessageStore, PutStatus, StoreConfig
 from mqcore.store.index_file import IndexFile
 from mqcore.store.mapped_file import MappedFile
@@ -298,3 +299,85 @@ def test_a_close_on_a_full_disk_keeps_what_it_could_not_finish_for_the_next_star
     filler.unlink()
     with MessageStore(root, CONFIG) as again:
         assert again.get_messages("g", "A", 0, 0, 1).messages[0].body == b"kept"
+
+
+def _rebuild_until_installed(store: MessageStore) -> None:
+    """The rebuild service and reput (the inline loops' work) until nothing is rebuilt."""
+    for _ in range(1000):
+        if not (store.rebuilding_queues or store.index_damage):
+            return
+        rebuild.step(store, SystemClock())
+        reput.step(store)
+    raise AssertionError(f"never rebuilt: {store.rebuilding_queues} {store.index_damage!r}")
+
+
+def test_a_start_on_a_full_disk_checks_the_derived_files_once_dispatch_has_caught_up(
+    disk_dir: Path,
+) -> None:
+    """A crash lost the index (recovery must dispatch it all again: no space) and a unit of
+    B/1 is damaged (a flipped tag code, which dispatch leaves as it is). Judged while
+    dispatch is stopped, every queue would look cut short; the start check waits for reput
+    to catch up once space is back, then finds B/1 alone, which is rebuilt."""
+    root = disk_dir / "store"
+    acked: list[tuple[int, int, bytes]] = []
+    with MessageStore(root, CONFIG) as store:
+        for i in range(300):
+            result = store.put_message(Message("B", _body(i)), queue_id=i % 2)
+            acked.append((result.queue_id, result.queue_offset, _body(i)))
+    (root / "abort").write_text("4242")
+    for path in sorted((root / "index").iterdir()):
+        path.unlink()
+    (root / "index").rmdir()
+    unit_file = sorted((root / "consumequeue" / "B" / "1").iterdir())[0]
+    with open(unit_file, "r+b") as f:  # B/1 offset 7: its tag code's low byte
+        f.seek(20 * 7 + 19)
+        old = f.read(1)[0]
+        f.seek(20 * 7 + 19)
+        f.write(bytes([old ^ 0x01]))
+    filler = fill(disk_dir)
+    with MessageStore(root, CONFIG) as store:
+        assert "reput" in store.refusal_sources
+        assert store.rebuilding_queues == {} and store.index_damage == ""  # not judged yet
+        assert reput.step(store).detail.get("paused")
+        filler.unlink()
+        while reput.step(store).progressed:
+            pass
+        assert store.reput_offset == store.commit_log.max_offset
+        assert list(store.rebuilding_queues) == [("B", 1)]
+        assert "tag code" in store.rebuilding_queues[("B", 1)]
+        assert store.index_damage == ""  # dispatched whole again
+        _rebuild_until_installed(store)
+        _assert_readable(store, "B", acked)
+        queue = store.queues.get("B", 1)
+        unit = queue.unit_at(7) if queue is not None else None
+        assert unit is not None and unit.tags_code == 0  # no tags: code 0, as written
+        result = store.put_message(Message("B", b"next"), queue_id=1)
+        assert result.ok and result.queue_offset == 150
+
+
+def test_a_rebuild_that_cannot_be_scheduled_on_a_full_disk_is_scheduled_when_space_returns(
+    disk_dir: Path,
+) -> None:
+    """A clean start on a full disk finds a lost queue: puts to it are refused and its job
+    file cannot be written; the rebuild service writes it once space is back and the
+    queue is rebuilt with its offsets (before, it stayed refused until a restart)."""
+    root = disk_dir / "store"
+    acked: list[tuple[int, int, bytes]] = []
+    with MessageStore(root, CONFIG) as store:
+        for i in range(200):
+            result = store.put_message(Message("B", _body(i)), queue_id=i % 2)
+            acked.append((result.queue_id, result.queue_offset, _body(i)))
+    for path in sorted((root / "consumequeue" / "B" / "0").iterdir()):
+        path.unlink()
+    (root / "consumequeue" / "B" / "0").rmdir()
+    filler = fill(disk_dir)
+    with MessageStore(root, CONFIG) as store:
+        assert "missing" in store.rebuilding_queues[("B", 0)]
+        assert not (root / "rebuild" / "queues.json").exists()
+        rebuild.step(store, SystemClock())  # still no space: nothing happens
+        assert not (root / "rebuild" / "queues.json").exists()
+        filler.unlink()
+        _rebuild_until_installed(store)
+        _assert_readable(store, "B", acked)
+        result = store.put_message(Message("B", b"next"), queue_id=0)
+        assert result.ok and result.queue_offset == 100

@@ -11,9 +11,14 @@ from mqcore.message import Message
 from mqcore.services import cleanup
 from mqcore.services.cleanup import CleanupState
 from mqcore.store import MessageStore
+from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT_SIZE
+from mqcore.store.mapped_file import MappedFile
 from mqcore.tiered import MemoryBackend, SegmentId, SegmentType, TieredStoreError
+from mqcore.tiered.config import ReadStrategy
 from mqcore.tiered.dispatcher import upload_step
+from mqcore.tiered.flat_file import is_blank
 from mqcore.tiered.storage import TieredStorage
+from mqcore.tiered.tiered_store import SOURCE_TIER, TieredMessageStore
 from tests.mqcore.tiered.world import EAGER, SMALL, TOPIC
 
 
@@ -187,3 +192,115 @@ def test_a_local_gap_is_reported_not_skipped(tmp_path: Path) -> None:
         assert result.gaps and result.messages_appended == 0
         flat = tier.flat_file(TOPIC, 0)
         assert flat is not None and flat.commit_offset == 5
+
+
+def _unit_file(store: MessageStore, queue_offset: int) -> tuple[MappedFile, int]:
+    queue = store.queues.get(TOPIC, 0)
+    assert queue is not None
+    per_file = SMALL.consume_queue_file_entries
+    first = queue.segments.files[0].base_offset // CQ_UNIT_SIZE
+    index = (queue_offset - first) // per_file
+    return queue.segments.files[index], (queue_offset % per_file) * CQ_UNIT_SIZE
+
+
+def _make_blank(store: MessageStore, queue_offset: int) -> None:
+    """Put a blank unit at ``queue_offset``, as the gap fill leaves for a record missing from
+    the CommitLog (its offset kept, no record)."""
+    mapped, position = _unit_file(store, queue_offset)
+    mapped.write_at(position, BLANK_UNIT)
+
+
+def _damage(store: MessageStore, queue_offset: int) -> tuple[int, int]:
+    """Flip a byte of the magic code of the record at ``queue_offset``, in its CommitLog
+    file (the mapping sees it); returns its (phys, size)."""
+    queue = store.queues.get(TOPIC, 0)
+    unit = queue.unit_at(queue_offset) if queue is not None else None
+    assert unit is not None
+    segment = store.commit_log.segments.find(unit.phys_offset)
+    assert segment is not None
+    with open(segment.path, "r+b") as f:
+        f.seek(unit.phys_offset - segment.base_offset + 5)
+        old = f.read(1)[0]
+        f.seek(unit.phys_offset - segment.base_offset + 5)
+        f.write(bytes([old ^ 0x40]))
+    return unit.phys_offset, unit.size
+
+
+def test_records_the_local_store_does_not_serve_are_copied_as_blanks_and_the_queue_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Offset 7 is quarantined already, 12 and 29 (the last) are blank units (records
+    missing from the CommitLog), 20 went bad and nobody knows yet: each becomes a blank
+    unit in the tier (20 quarantined on the way, found by the read), the queue is copied
+    to its end and goes on, every other record at its offset, and the tier's readers skip
+    the blanks as the local ones do. Resuming on a blank last unit works."""
+    clock = FakeClock()
+    backend = MemoryBackend()
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        put(store, 30, clock)
+        records = local_records(store, 0)
+        phys7, size7 = _damage(store, 7)
+        assert store.commit_log.quarantine_unreadable(phys7, size7, "found by a pull")
+        _make_blank(store, 12)
+        _make_blank(store, 29)
+        phys20, size20 = _damage(store, 20)
+        tier = TieredStorage(backend, tmp_path, EAGER, clock=clock)
+        result = upload_step(store, tier, force=True)
+        assert (result.gaps, result.errors) == ([], [])
+        assert (result.messages_appended, result.blanks_appended) == (30, 4)
+        flat = tier.flat_file(TOPIC, 0)
+        assert flat is not None and flat.commit_offset == 30
+        entry = store.quarantine.covering(phys20)
+        assert entry is not None and (entry.offset, entry.length) == (phys20, size20)
+        missing = {7, 12, 20, 29}
+        kept = [o for o in range(30) if o not in missing]
+        assert [u.queue_offset for u, raw in flat.entries(0, 100) if raw] == kept
+        assert [u.queue_offset for u in flat.units(0, 100) if is_blank(u)] == sorted(missing)
+        assert flat.read(0, 100) == [records[o] for o in kept]
+        assert tier.key_index.lookup(TOPIC, 0, "k20", 0, 2**62) == []
+        assert [h.queue_offset for h in tier.key_index.lookup(TOPIC, 0, "k21", 0, 2**62)] == [21]
+
+        forced = dataclasses.replace(EAGER, read_strategy=ReadStrategy.FORCE)
+        reader = TieredMessageStore(
+            store, TieredStorage(backend, tmp_path, forced, clock=clock, readonly=True)
+        )
+        for start in (5, 10, 18):  # as the local store answers: blanks use up the scan
+            got, local = (
+                reader.get_messages("g", TOPIC, 0, start, 6),
+                store.get_messages("g", TOPIC, 0, start, 6),
+            )
+            assert got.source == SOURCE_TIER
+            offsets = [m.queue_offset for m in got.messages]
+            assert offsets == [o for o in range(start, start + 6) if o not in missing]
+            assert offsets == [m.queue_offset for m in local.messages]
+            assert got.next_offset == local.next_offset == start + 6
+            assert [m.body for m in got.messages] == [f"m{i}".encode() * 10 for i in offsets]
+        only_blank = reader.get_messages("g", TOPIC, 0, 29, 1)
+        assert (only_blank.messages, only_blank.next_offset) == ([], 30)
+
+        resumed = TieredStorage(backend, tmp_path, EAGER, clock=clock)  # a restart
+        flat = resumed.flat_file(TOPIC, 0)
+        assert flat is not None and flat.commit_offset == 30
+        put(store, 5, clock)
+        after = upload_step(store, resumed, force=True)
+        assert (after.gaps, after.messages_committed, flat.commit_offset) == ([], 5, 35)
+
+
+def test_a_unit_that_points_into_a_record_stops_the_queue_and_quarantines_nothing(
+    tmp_path: Path,
+) -> None:
+    """A damaged ConsumeQueue unit (off by a byte) is not the CommitLog's damage: nothing is
+    quarantined, nothing is skipped; the queue waits at that offset (reported in gaps) for
+    the queue's rebuild."""
+    clock = FakeClock()
+    with MessageStore(tmp_path, SMALL, clock=clock) as store:
+        put(store, 20, clock)
+        mapped, position = _unit_file(store, 9)
+        phys = int.from_bytes(mapped.read(position, 8), "big")
+        mapped.write_at(position, (phys + 1).to_bytes(8, "big"))
+        tier = TieredStorage(MemoryBackend(), tmp_path, EAGER, clock=clock)
+        result = upload_step(store, tier, force=True)
+        assert result.gaps == [f"{TOPIC}/0: record 9 is not readable"]
+        flat = tier.flat_file(TOPIC, 0)
+        assert flat is not None and flat.dispatch_offset == 9
+        assert store.quarantine.ranges == ()

@@ -19,6 +19,7 @@ from mqcore.tiered import (
     TieredMetadataStore,
     TieredStoreError,
 )
+from mqcore.tiered.flat_file import is_blank
 from tests.mqcore.tiered.conftest import TOPIC, LocalRecord
 
 QUEUE = 1
@@ -292,3 +293,47 @@ def test_resume_refuses_when_the_backend_lost_committed_bytes(
     backend.delete(cl)
     with pytest.raises(TieredStoreError, match="missing"):
         open_flat(backend, tmp_path, clock)
+
+
+def test_blank_units_keep_offsets_skip_reads_and_survive_resume_and_expiry(
+    backend: SegmentBackend, tmp_path: Path, clock: FakeClock, local_records: list[LocalRecord]
+) -> None:
+    """Offsets whose record the local store lacks (a gap fill, a quarantined record) get a
+    blank unit and no CommitLog bytes: later offsets stay theirs, reads skip the blanks,
+    a resume whose last unit is blank checks the CommitLog end against the last record,
+    and retention finds the first offset left across blanks."""
+    flat = open_flat(backend, tmp_path, clock)
+    blanks = {0, 9, 10, 11, 30, 44}
+    for r in local_records:
+        if r.queue_offset in blanks:
+            assert flat.append_blank(r.queue_offset)
+        else:
+            assert flat.append(r.record, r.queue_offset, r.tags_code, r.store_timestamp)
+    assert not flat.append_blank(3)  # appended already
+    with pytest.raises(ValidationError):
+        flat.append_blank(len(local_records) + 1)
+    assert flat.commit() == len(local_records) == 45
+    kept = [r for r in local_records if r.queue_offset not in blanks]
+    assert flat.read(0, 100) == [r.record for r in kept]
+    assert flat.read(9, 3) == []  # only blanks there
+    units = flat.units(0, 100)
+    assert [u.queue_offset for u in units if is_blank(u)] == sorted(blanks)
+    real = [u for u in units if not is_blank(u)]
+    assert [u.phys_offset for u in real] == [
+        sum(len(r.record) for r in kept[:i]) for i in range(len(kept))
+    ]
+    assert flat.commit_log_offset == sum(len(r.record) for r in kept)
+
+    resumed = open_flat(backend, tmp_path, clock)  # its last unit (44) is blank
+    assert resumed.resume_report.clean and resumed.commit_offset == 45
+    assert resumed.read(40, 10) == [r.record for r in kept if r.queue_offset >= 40]
+    gone = resumed.expire(kept[25].store_timestamp)
+    assert gone
+    low = resumed.min_offset
+    assert 0 < low < 45
+    assert resumed.read(low, 100) == [r.record for r in kept if r.queue_offset >= low]
+    left = resumed.units(low, 100)
+    first_record = next(u for u in left if not is_blank(u))
+    assert resumed.entries(first_record.queue_offset, 1)[0][1] == next(
+        r.record for r in kept if r.queue_offset == first_record.queue_offset
+    )
