@@ -254,13 +254,13 @@ class StoreHealth:
             return done
 
     def problems(self, *, include_acknowledged: bool = False) -> list[Problem]:
-        """Problems, oldest first."""
+        """Problems, oldest first; those seen in the same millisecond in the order reported."""
         with self._lock:
             self._reload_if_changed()
             items = [
                 p for p in self._problems.values() if include_acknowledged or not p.acknowledged
             ]
-        return sorted(items, key=lambda p: (p.first_seen_ms, p.id))
+        return sorted(items, key=lambda p: p.first_seen_ms)  # stable: ties keep report order
 
     # -- conditions ---------------------------------------------------------------------------
 
