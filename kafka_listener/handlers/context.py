@@ -9,6 +9,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqcore.access.authorizer import OPERATOR, CachedDecisions, Decision, Subject
+from mqcore.access.backend import AccessBackend, StaticAccess
+from mqcore.access.model import Operation, Resource
 from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
 from mqcore.store.msgid import HostAddress
@@ -51,6 +54,11 @@ class ListenerConfig:
         fetch_cache_bytes: produced batches kept to answer fetches without a store
             read (``batch_cache.py``); 0 turns the cache off.
         tick_interval_s: how often the group coordinator's timers are checked.
+        auth: ``CAIRN_KAFKA_AUTH``: ``required`` (every connection authenticates with SASL
+            or a TLS client certificate before any other request), ``optional``
+            (unauthenticated connections act as ``anonymous_role``) or ``none`` (no SASL).
+        anonymous_role: the role of unauthenticated connections under ``optional`` and
+            ``none`` (``CAIRN_KAFKA_ANONYMOUS_ROLE``); empty: no role (ACL entries only).
     """
 
     host: str = "127.0.0.1"
@@ -68,6 +76,8 @@ class ListenerConfig:
     max_fetch_records: int = 16_384
     fetch_cache_bytes: int = 64 * 1024 * 1024
     tick_interval_s: float = 0.05
+    auth: str = "optional"
+    anonymous_role: str = OPERATOR
 
 
 @dataclass
@@ -84,6 +94,8 @@ class KafkaContext:
     broker: Broker
     config: ListenerConfig
     clock: Clock = field(default_factory=SystemClock)
+    # Users, ACL entries and the audit log (the Django side's in the broker; in memory in tests).
+    access: AccessBackend = field(default_factory=StaticAccess)
     coordinator: GroupCoordinator = field(init=False)
     producers: ProducerStates = field(init=False)
     batch_cache: BatchCache = field(init=False)
@@ -155,11 +167,24 @@ class Call:
     client_id: str | None
     request: dict[str, Any]
     peer: HostAddress | None = None
+    # Who the connection is (authenticated by SASL or a client certificate, or anonymous)
+    # and its cache of authorization decisions; one per connection, shared by its calls.
+    decisions: CachedDecisions = field(
+        default_factory=lambda: CachedDecisions(Subject(None, OPERATOR, front_end="kafka"))
+    )
 
     @property
     def client_host(self) -> str:
         """The peer as Kafka shows it in DescribeGroups (``/127.0.0.1``)."""
         return f"/{self.peer.ip}" if self.peer is not None else ""
+
+    @property
+    def subject(self) -> Subject:
+        return self.decisions.subject
+
+    def check(self, ctx: KafkaContext, operation: Operation, resource: Resource) -> Decision:
+        """Whether this connection's subject may do ``operation`` on ``resource`` now."""
+        return self.decisions.check(ctx.access.authorizer(), operation, resource)
 
 
 @dataclass(frozen=True, slots=True)
