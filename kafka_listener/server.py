@@ -39,6 +39,8 @@ import contextlib
 import logging
 import socket
 
+from mqcore.access.authorizer import CachedDecisions, Subject
+from mqcore.access.model import WILDCARD
 from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import RemoteProtocolError
@@ -66,7 +68,9 @@ class _Client:
     reader already stopped it (its buffer is full: it resumes it itself when read), and
     resuming undoes only what pausing did, so the two never fight over the transport."""
 
-    __slots__ = ("conn", "flow", "transport", "peer", "readable", "_stopped_transport")
+    __slots__ = (
+        "conn", "flow", "transport", "peer", "decisions", "readable", "_stopped_transport"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -74,11 +78,13 @@ class _Client:
         flow: Flow,
         transport: asyncio.BaseTransport,
         peer: HostAddress | None,
+        decisions: CachedDecisions,
     ) -> None:
         self.conn = conn
         self.flow = flow
         self.transport = transport
         self.peer = peer
+        self.decisions = decisions  # the connection's subject and its cached decisions
         self.readable = asyncio.Event()
         self.readable.set()
         self._stopped_transport = False
@@ -117,6 +123,12 @@ class KafkaListener:
         self._idle_checker: asyncio.Task[None] | None = None
         self.budget = BufferBudget(config.max_buffered_bytes)
         self._clients: dict[Flow, _Client] = {}
+
+    def anonymous_subject(self, peer: HostAddress | None) -> Subject:
+        """Who an unauthenticated connection from ``peer`` is: ``User:ANONYMOUS`` with
+        ``ListenerConfig.anonymous_role`` (empty: no role, ACL entries only)."""
+        host = peer.ip if peer is not None else WILDCARD
+        return Subject(None, self.config.anonymous_role or None, host, "kafka")
 
     @property
     def port(self) -> int:
@@ -194,7 +206,8 @@ class KafkaListener:
         conn = KafkaServerConnection(self.config.max_frame_bytes, self.ctx.versions)
         now = asyncio.get_running_loop().time()
         flow = self.budget.register(now, lambda: conn.in_flight)
-        client = self._clients[flow] = _Client(conn, flow, writer.transport, peer)
+        decisions = CachedDecisions(self.anonymous_subject(peer))
+        client = self._clients[flow] = _Client(conn, flow, writer.transport, peer, decisions)
         try:
             await self._run(client, reader, writer)
         except RemoteProtocolError as exc:
@@ -299,6 +312,7 @@ class KafkaListener:
                 event.client_id,
                 event.request,
                 client.peer,
+                client.decisions,
             )
             response = await dispatch(self.ctx, call)
             if isinstance(response, Later):
