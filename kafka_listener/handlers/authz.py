@@ -23,6 +23,7 @@ Action names are the REST API's (``topic.create``, ``topic.update``, ``topic.del
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from mqcore.access.authorizer import ROLE_DEFAULTS, Authorizer, Subject
@@ -46,7 +47,16 @@ AUTHORIZATION_FAILED = "Authorization failed."  # Kafka's message for refused re
 
 def topic_resource(kafka_name: str) -> Resource:
     """The resource a (valid) Kafka topic name stands for."""
-    return Resource(ResourceType.TOPIC, mapping.to_store_topic(kafka_name))
+    return store_topic_resource(mapping.to_store_topic(kafka_name))
+
+
+@functools.lru_cache(maxsize=4096)
+def store_topic_resource(store_name: str) -> Resource:
+    """The resource of a store topic; the same object for the same name while cached, so
+    the connection's decision cache finds it by identity, without a dataclass comparison
+    (with a fresh ``Resource`` a produce request's check cost ~4.8 us against ~1 us, on
+    the machine of ``bench/kafka_acl.py``'s figures). Thread-safe."""
+    return Resource(ResourceType.TOPIC, store_name)
 
 
 def group_resource(group_id: str) -> Resource:

@@ -36,7 +36,7 @@ import asyncio
 from operator import itemgetter
 from typing import Any
 
-from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.access.model import Operation, ResourceType
 from mqcore.broker.broker import Broker
 from mqcore.broker.types import SendResult
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
@@ -61,7 +61,7 @@ from ..records import (
     split_batches,
     verify_crc,
 )
-from .authz import CLUSTER, may_on_some
+from .authz import CLUSTER, may_on_some, store_topic_resource
 from .context import Call, KafkaContext, Later
 from .topics import kafka_topic
 
@@ -230,7 +230,7 @@ def _store_all(ctx: KafkaContext, call: Call, error: ErrorCode | None) -> list[d
         # Authorized before existence, as Kafka does (a refused client learns nothing of
         # which topics exist); one cached lookup per topic of the request.
         if topic_error is None and not call.check(
-            ctx, Operation.WRITE, Resource(ResourceType.TOPIC, store_topic)
+            ctx, Operation.WRITE, store_topic_resource(store_topic)
         ):
             topic_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         if topic_error is None and kafka_topic(broker, name) is None:

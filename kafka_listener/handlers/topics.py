@@ -24,14 +24,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.access.model import Operation, Resource
 from mqcore.broker.broker import Broker
 from mqcore.broker.types import TopicInfo
 from mqcore.errors import ConflictError, MQError, NotFoundError, ValidationError
 
 from .. import mapping
 from ..errors import ErrorCode, error_code_for
-from .authz import AUTHORIZATION_FAILED, CLUSTER, audit, topic_resource, topic_settings
+from .authz import (
+    AUTHORIZATION_FAILED,
+    CLUSTER,
+    audit,
+    store_topic_resource,
+    topic_resource,
+    topic_settings,
+)
 from .context import Call, KafkaContext
 
 
@@ -100,7 +107,7 @@ def _metadata_topics(ctx: KafkaContext, call: Call) -> list[dict[str, Any]]:
         return [
             _topic_entry(ctx, name, info, 0)
             for name, info in visible_topics(broker)
-            if call.check(ctx, Operation.DESCRIBE, Resource(ResourceType.TOPIC, info.name))
+            if call.check(ctx, Operation.DESCRIBE, store_topic_resource(info.name))
         ]
     entries = []
     auto = ctx.config.auto_create_topics and call.request["allow_auto_topic_creation"]
