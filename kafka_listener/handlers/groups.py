@@ -14,9 +14,12 @@ group; JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit READ on it
 (GROUP_AUTHORIZATION_FAILED, 30), commits also READ on each topic (29); OffsetFetch
 DESCRIBE on the group and on each topic (an all-topics fetch leaves out the others);
 ListGroups lists every group for DESCRIBE on the cluster, else the groups the connection
-may DESCRIBE. Commits that move a group backwards, or that no member of the group made
-(generation -1: tools resetting offsets), are audited as ``group.offsets.commit``; the
-routine ones are counted (``offset.commit``).
+may DESCRIBE. Audited as ``group.offsets.commit`` (store names, offsets before and after):
+commits that move a group backwards on some partition, and commits made from outside the
+membership of a group consumers have joined (generation -1 while the group is empty: a
+tool resetting its offsets; the coordinator forgets groups at a restart). The routine
+commits, members' and standalone (``assign()``) consumers' moving forward, are counted
+(``offset.commit``).
 """
 
 from __future__ import annotations
@@ -191,7 +194,7 @@ def _commit_one(
     return 0
 
 
-def _commit_all(ctx: KafkaContext, call: Call, code: int) -> list[dict[str, Any]]:
+def _commit_all(ctx: KafkaContext, call: Call, code: int, outsider: bool) -> list[dict[str, Any]]:
     request = call.request
     group = request["group_id"]
     store_group = mapping.to_store_group(group)
@@ -214,8 +217,7 @@ def _commit_all(ctx: KafkaContext, call: Call, code: int) -> list[dict[str, Any]
             )
         topics.append({"name": name, "partitions": partitions})
     if done and store_group is not None:
-        member = request["generation_id"] >= 0 or bool(request["member_id"])
-        _audit_commit(ctx, call, store_group, before, done, member)
+        _audit_commit(ctx, call, store_group, before, done, outsider)
     return topics
 
 
@@ -225,14 +227,14 @@ def _audit_commit(
     store_group: str,
     before: dict[str, dict[int, int]],
     done: list[tuple[str, int, int]],
-    member: bool,
+    outsider: bool,
 ) -> None:
-    """Audit a commit that moves the group backwards on some queue or that no member of
-    the group made (a tool resetting offsets); count the routine ones (a consumer's
-    commits, every few seconds, would bury the log)."""
+    """Audit a commit that moves the group backwards on some queue, or an ``outsider``'s
+    (module docstring); count the routine ones (a consumer's commits, every few seconds,
+    would bury the log)."""
     old = [before.get(topic, {}).get(queue) for topic, queue, _ in done]
     backwards = any(o is not None and new < o for o, (_, _, new) in zip(old, done, strict=True))
-    if member and not backwards:
+    if not outsider and not backwards:
         ctx.access.count(call.subject, "offset.commit")
         return
     audit(
@@ -266,7 +268,10 @@ async def offset_commit(ctx: KafkaContext, call: Call) -> dict[str, Any]:
         code = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     else:
         code = int(ctx.coordinator.check_commit(r["group_id"], r["generation_id"], r["member_id"]))
-    topics = await asyncio.to_thread(_commit_all, ctx, call, code)
+    # Not a member's commit, to a group consumers have joined since the broker started.
+    known = r["group_id"] in ctx.coordinator.groups
+    outsider = r["generation_id"] < 0 and not r["member_id"] and known
+    topics = await asyncio.to_thread(_commit_all, ctx, call, code, outsider)
     return {"throttle_time_ms": 0, "topics": topics}
 
 

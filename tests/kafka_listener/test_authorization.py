@@ -334,23 +334,25 @@ def test_list_and_describe_groups_show_only_describable_groups(ctx: KafkaContext
 def test_commits_backwards_or_from_outside_the_group_are_audited(
     ctx: KafkaContext, access: RecordingAccess
 ) -> None:
-    # A simple commit (generation -1: no member, a tool): audited with before and after.
-    assert commit(ctx, OPERATOR, "app", 10) == 0
+    # Standalone (assign()) commits: forward counted, backwards audited with before/after.
+    assert commit(ctx, OPERATOR, "solo", 10) == 0
+    assert access.audited == [] and access.counted == {"offset.commit": 1}
+    assert commit(ctx, OPERATOR, "solo", 3) == 0
     (entry,) = access.audited
-    assert entry[:4] == ("User:olga", "group.offsets.commit", "group", "app")
-    assert entry[4] == [{"topic": "payments", "queue_id": 0, "offset": None}]
-    assert entry[5] == [{"topic": "payments", "queue_id": 0, "offset": 10}]
-    # A member's routine commit forward is counted; backwards it is audited.
+    assert entry[:4] == ("User:olga", "group.offsets.commit", "group", "solo")
+    assert entry[4] == [{"topic": "payments", "queue_id": 0, "offset": 10}]
+    assert entry[5] == [{"topic": "payments", "queue_id": 0, "offset": 3}]
+    # A member's commit forward is counted, backwards audited.
     join = {"group_id": "app", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
             "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": b""}]}  # fmt: skip
     decisions = CachedDecisions(OPERATOR)
 
-    async def member_commits() -> list[int]:
-        async def call(key: int, request: dict) -> Any:
-            return await dispatch(ctx, Call(key, versions()[key][1], 1, "c", request, None,
-                                            decisions))  # fmt: skip
+    async def call(key: int, request: dict[str, Any]) -> Any:
+        return await dispatch(ctx, Call(key, versions()[key][1], 1, "c", request, None,
+                                        decisions))  # fmt: skip
 
+    async def member_commits() -> list[int]:
         first = await call(ApiKey.JOIN_GROUP, join)
         assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
         parked = asyncio.ensure_future(
@@ -375,10 +377,15 @@ def test_commits_backwards_or_from_outside_the_group_are_audited(
                             "commit_timestamp": -1, "committed_metadata": None}]}]}  # fmt: skip
             reply = await call(ApiKey.OFFSET_COMMIT, request)
             codes.append(reply["topics"][0]["partitions"][0]["error_code"])
+        await call(ApiKey.LEAVE_GROUP, {"group_id": "app", "member_id": member})
         return codes
 
     assert asyncio.run(member_commits()) == [0, 0]
-    assert access.counted == {"offset.commit": 1}
+    assert access.counted == {"offset.commit": 2}
     assert len(access.audited) == 2
     assert access.audited[1][4] == [{"topic": "payments", "queue_id": 0, "offset": 12}]
     assert access.audited[1][5] == [{"topic": "payments", "queue_id": 0, "offset": 5}]
+    # The group is empty now: a commit from outside its membership is audited, even forward.
+    assert commit(ctx, OPERATOR, "app", 40) == 0
+    assert len(access.audited) == 3 and access.audited[2][5][0]["offset"] == 40
+    assert access.counted == {"offset.commit": 2}
