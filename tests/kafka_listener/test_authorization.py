@@ -389,3 +389,29 @@ def test_commits_backwards_or_from_outside_the_group_are_audited(
     assert commit(ctx, OPERATOR, "app", 40) == 0
     assert len(access.audited) == 3 and access.audited[2][5][0]["offset"] == 40
     assert access.counted == {"offset.commit": 2}
+
+
+def test_a_connection_decides_once_per_operation_and_topic_until_the_acls_change(
+    ctx: KafkaContext, access: RecordingAccess
+) -> None:
+    decided: list[tuple[Operation, str]] = []
+    authorizer = access.authorizer()
+    original = authorizer.decide
+
+    def counting(subject: Subject, operation: Operation, resource: Any) -> Any:
+        decided.append((operation, resource.name))
+        return original(subject, operation, resource)
+
+    authorizer.decide = counting  # type: ignore[method-assign]
+    decisions = CachedDecisions(OPERATOR)
+    records = encode_batch([(0, 1, None, b"x", ())])
+    request = {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": [
+        {"name": "payments", "partition_data": [{"index": p, "records": records}
+                                                 for p in (0, 1)]}]}  # fmt: skip
+    for _ in range(5):
+        reply = send(ctx, decisions, ApiKey.PRODUCE, request)
+        assert [p["error_code"] for p in reply["responses"][0]["partition_responses"]] == [0, 0]
+    assert decided == [(Operation.WRITE, "payments")]
+    access.set_entries([])  # a new authorizer version: decided again, once
+    send(ctx, decisions, ApiKey.PRODUCE, request)
+    assert decisions._version == access.authorizer().version
