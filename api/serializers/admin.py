@@ -93,7 +93,11 @@ class AuditEntrySerializer(serializers.Serializer):
     target = serializers.CharField()
     old_value = serializers.JSONField(allow_null=True)
     new_value = serializers.JSONField(allow_null=True)
-    remote_addr = serializers.CharField(allow_blank=True)
+    remote_addr = serializers.CharField(allow_blank=True, help_text="the client's address")
+    principal = serializers.CharField(allow_blank=True, help_text="User:<name>")
+    front_end = serializers.CharField(
+        allow_blank=True, help_text="rest, console, kafka or command (blank: the broker itself)"
+    )
 
     def to_representation(self, e: AuditEntry) -> dict[str, Any]:
         return {
@@ -107,6 +111,8 @@ class AuditEntrySerializer(serializers.Serializer):
             "old_value": e.old_value,
             "new_value": e.new_value,
             "remote_addr": e.remote_addr,
+            "principal": e.principal,
+            "front_end": e.front_end,
         }
 
 
@@ -120,6 +126,7 @@ class AuditQuerySerializer(PageQuerySerializer):
         required=False, max_length=64, help_text="exact, or a prefix ending in '.'"
     )
     username = serializers.CharField(required=False, max_length=150)
+    front_end = serializers.CharField(required=False, max_length=16)
     since = EpochMsField(required=False, help_text="epoch ms, inclusive")
     until = EpochMsField(required=False, help_text="epoch ms, exclusive")
 
