@@ -183,7 +183,9 @@ def lift(username: str | None, address: str | None) -> dict[str, Any]:
             if account is not None:
                 found["user"] = {
                     "failures": account.failures,
-                    "locked_until": account.locked_until,
+                    "locked_until": account.locked_until.isoformat()
+                    if account.locked_until is not None
+                    else None,
                 }
                 Account.objects.filter(pk=account.pk).update(
                     failures=0, last_failure=None, locked_until=None

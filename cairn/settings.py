@@ -11,7 +11,8 @@ from cairn import env
 
 BASE_DIR = env.BASE_DIR
 DATA_DIR = env.data_dir()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+# Only the broker's user may enter it (the database, the secret key, the first password).
+DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 SECRET_KEY = env.secret_key()
 DEBUG = env.get_bool("CAIRN_DEBUG", False)

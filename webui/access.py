@@ -59,17 +59,15 @@ from mqcore.errors import NotFoundError
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-_ROLES_ONLY = Authorizer()
-
-
 def authorizer() -> Authorizer:
     """The ACL decision the console's pages and the live trace make
     (``allowed(Subject(user, role, host, front_end), operation, resource)``).
 
-    The one place they get it from: for now the roles' defaults alone
-    (``mqcore.access.authorizer.ROLE_DEFAULTS``: viewers and up read every topic); with the
-    ACL entries stored in the database, the runtime's current authorizer."""
-    return _ROLES_ONLY
+    The one place they get it from: the runtime's accounts store's current authorizer (the
+    ACL entries in the database, then the roles' defaults,
+    ``mqcore.access.authorizer.ROLE_DEFAULTS``), the same REST and Kafka decide with. Cheap:
+    a cached snapshot, rebuilt when the entries change."""
+    return runtime.current().access.authorizer()
 
 
 def console_subject(request: HttpRequest) -> Subject:

@@ -46,6 +46,7 @@ from api.serializers.messages import (
 from api.views.base import BrokerView
 from api.views.schema import GROUP, MSG_ID, READ, SEND_EXAMPLE, TOPIC, responses
 from cairn import archive
+from mqcore.access.model import Operation, ResourceType
 from mqcore.broker.types import OutgoingMessage
 from mqcore.errors import NotFoundError
 from mqcore.errors import ValidationError as MQValidationError
@@ -80,6 +81,11 @@ def check_msg_id(msg_id: str) -> str:
 
 
 class TopicMessagesView(BrokerView):
+    acl = {
+        "POST": (ResourceType.TOPIC, "topic", Operation.WRITE),
+        "GET": (ResourceType.TOPIC, "topic", Operation.READ),
+    }
+
     @extend_schema(
         summary="Send messages",
         description="One message or a batch; stored all together or not at all. Returns one "

@@ -25,6 +25,7 @@ from api.serializers.topics import (
 from api.views.base import BrokerView, paginate
 from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
 from cairn import runtime
+from mqcore.access.model import Operation, ResourceType
 from mqcore.broker.types import TopicInfo, TopicStatus
 from mqcore.errors import NotFoundError
 
@@ -81,6 +82,12 @@ class TopicListView(BrokerView):
 
 
 class TopicDetailView(BrokerView):
+    acl = {
+        "GET": (ResourceType.TOPIC, "topic", Operation.DESCRIBE),
+        "PATCH": (ResourceType.TOPIC, "topic", Operation.ALTER),
+        "DELETE": (ResourceType.TOPIC, "topic", Operation.DELETE),
+    }
+
     def _detail(self, info: TopicInfo, status: TopicStatus) -> Any:
         data = TopicDetailSerializer((info, status)).data
         tier = {row["queue_id"]: row for row in queue_rows(runtime.current(), info.name)}
