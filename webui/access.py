@@ -57,6 +57,8 @@ from mqcore.broker import Broker
 from mqcore.errors import NotFoundError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: A :func:`console_page` role meaning "any signed-in, active user" (one's own API tokens).
+SIGNED_IN = "signed-in"
 
 
 def authorizer() -> Authorizer:
@@ -214,7 +216,8 @@ def console_page(
     read_role: str | None = VIEWER, write_role: str | None = OPERATOR
 ) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """Log-in required; ``read_role`` for GET/HEAD, ``write_role`` for other methods (None:
-    only the gate of :func:`may_enter`: the view checks its resources with :func:`require`).
+    only the gate of :func:`may_enter`: the view checks its resources with :func:`require`;
+    :data:`SIGNED_IN`: any signed-in user).
     A :class:`Refused` answers the 403 page, a stopped broker 503 with a page saying so, an
     unknown topic/group/message 404."""
 
@@ -224,7 +227,10 @@ def console_page(
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             needed = read_role if request.method in SAFE_METHODS else write_role
-            if needed is None:
+            if needed == SIGNED_IN:
+                if not request.user.is_active:
+                    return refuse(request, VIEWER)
+            elif needed is None:
                 if not may_enter(request):
                     return refuse(request, VIEWER)
             elif not has_role(request.user, needed):
