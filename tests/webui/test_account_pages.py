@@ -275,3 +275,30 @@ def test_account_pages_are_under_the_csp_with_nothing_inline(broker: Broker, adm
         ("/acls/", {"principal": "nope"}),
     ):
         check(client.post(url, data), url)
+
+
+def test_account_forms_need_the_csrf_token(broker: Broker, admin: Any) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin)
+    for url, data in (
+        ("/users/new/", {"username": "bob", "role": "viewer", "password_mode": "generate"}),
+        ("/tokens/", {"name": "t"}),
+        (
+            "/acls/",
+            {
+                "principal": "User:x",
+                "operation": "read",
+                "permission": "allow",
+                "resource_type": "topic",
+                "resource_name": "x",
+            },
+        ),  # fmt: skip
+    ):
+        assert client.post(url, data).status_code == 403, url
+    assert not get_user_model().objects.filter(username="bob").exists()
+    assert not ApiToken.objects.exists() and not AclRecord.objects.exists()
+    form = client.get("/tokens/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html(form))
+    assert token is not None
+    issued = client.post("/tokens/", {"name": "t", "csrfmiddlewaretoken": token.group(1)})
+    assert issued.status_code == 200 and ApiToken.objects.count() == 1
