@@ -104,6 +104,22 @@ class RolePermission(BasePermission):
         return decision.allowed
 
 
+def require(request: Any, operation: Operation, resource: Resource) -> None:
+    """Refuse (403, the decision's reason) unless the authorizer allows ``operation`` on
+    ``resource`` (a view's check on a resource named in the body or found by a lookup).
+
+    Raises:
+        PermissionDenied: not allowed.
+    """
+    from rest_framework.exceptions import PermissionDenied
+
+    from accounts.acls import authorizer
+
+    decision = authorizer().decide(subject_of(request), operation, resource)
+    if not decision.allowed:
+        raise PermissionDenied(decision.reason)
+
+
 def subject_of(request: Any) -> Subject:
     """Who asks, for the authorizer and the audit log: user, role, address, front end
     (``rest`` under ``/api/``, ``console`` elsewhere)."""

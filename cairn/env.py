@@ -27,7 +27,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "CAIRN_DATA_DIR",
         "./var",
-        "Where the broker keeps its own files (SQLite database, secret key).",
+        "Where the broker keeps its own files (SQLite database, secret key, the first admin's password), mode 700.",
     ),
     Variable(
         "CAIRN_STORE_DIR", "$CAIRN_DATA_DIR/store", "The message store directory (RocketMQ layout)."

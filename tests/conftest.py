@@ -64,12 +64,9 @@ def _fast_scram() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_acl_cache(request: pytest.FixtureRequest) -> Iterator[None]:
+def _fresh_acl_cache() -> Iterator[None]:
     """Each test's database starts with no ACL entries: forget the authorizer cached by the
     previous test (its version numbers start again too)."""
-    if "django_db_setup" not in request.fixturenames and "db" not in request.fixturenames:
-        yield
-        return
     from accounts.acls import cache
 
     cache.forget()

@@ -3,8 +3,19 @@ hashed API tokens named "token" and keep working; the clear rows are deleted. Th
 SCRAM keys (issue a new token for Kafka SCRAM)."""
 
 import hashlib
+from datetime import UTC, datetime
 
 from django.db import migrations
+from django.utils.dateparse import parse_datetime
+
+
+def _aware(value):  # type: ignore[no-untyped-def]
+    """SQLite hands the column back as text, PostgreSQL as an aware datetime."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
 
 
 def hash_plain_tokens(apps, schema_editor):  # type: ignore[no-untyped-def]
@@ -19,7 +30,7 @@ def hash_plain_tokens(apps, schema_editor):  # type: ignore[no-untyped-def]
             token = api_token.objects.create(
                 user_id=user_id, name="token", digest=hashlib.sha256(key.encode()).hexdigest()
             )
-            api_token.objects.filter(pk=token.pk).update(created=created)
+            api_token.objects.filter(pk=token.pk).update(created=_aware(created))
         cursor.execute("DELETE FROM authtoken_token")
 
 

@@ -194,3 +194,22 @@ def test_only_admins_manage_acls(operator: APIClient, viewer: APIClient) -> None
             ),
             403,
         )
+
+
+def test_lists_lookups_and_creation_follow_the_entries(
+    admin: APIClient, operator: APIClient, broker: Broker, topics: list[str]
+) -> None:
+    from tests.api.conftest import send
+
+    (sent,) = send(broker, "billing", b"secret")
+    assert operator.get(f"/api/v1/messages/{sent.msg_id}").status_code == 200
+    add(
+        admin,
+        entry("User:otto", "billing", "all", "deny"),
+        entry("User:otto", "private-", "create", "deny", pattern_type="prefixed"),
+    )
+    names = [t["name"] for t in operator.get("/api/v1/topics").json()["results"]]
+    assert "billing" not in names and "orders-eu" in names
+    assert_problem(operator.get(f"/api/v1/messages/{sent.msg_id}"), 403)
+    assert_problem(operator.post("/api/v1/topics", {"name": "private-x"}, format="json"), 403)
+    assert operator.post("/api/v1/topics", {"name": "public-x"}, format="json").status_code == 201

@@ -178,6 +178,10 @@ class Command(BaseCommand):
             ),
         )
 
+        # Users, SCRAM credentials, ACL entries, lockouts and the audit log: the accounts
+        # store every front end shares (cairn.runtime; warmed before serving).
+        listener.ctx.access = rt.access
+
         def failed(failure: Any) -> None:
             # Not fatal: HTTP keeps serving (the Kafka port is an extra, on by default, and
             # may be taken by a real Kafka); say so loudly instead.
