@@ -249,3 +249,20 @@ def test_config_import_is_cluster_alter(shop: Broker, operator: Any, acls: Entri
     assert 'href="/config/"' not in html(client.get("/topics/"))
     assert client.get("/config/").status_code == 403
     assert client.get("/config/topics.json/download/").status_code == 403
+
+
+def test_dead_letters_need_read_on_the_dlq_topic(
+    shop: Broker, operator: Any, acls: Entries
+) -> None:
+    sent = send(shop, "billing", b"poison", keys=("p",))
+    shop.store.dispatch_until_caught_up()
+    shop.send_back("billing", sent.offset_msg_id, delay_level=-1)
+    shop.store.dispatch_until_caught_up()
+    client = client_for(operator)
+    assert 'href="/groups/billing/dlq/"' in html(client.get("/groups/"))
+    acls(entry("User:otto", Operation.READ, "%DLQ%", pattern=PatternType.PREFIXED,
+               permission=Permission.DENY))  # fmt: skip
+    assert 'href="/groups/billing/dlq/"' not in html(client.get("/groups/"))
+    assert 'href="/groups/billing/dlq/"' not in html(client.get("/groups/billing/"))
+    refused = client.get("/groups/billing/dlq/")
+    assert refused.status_code == 403 and "read on topic %DLQ%billing" in html(refused)

@@ -107,7 +107,10 @@ def group_list(request: HttpRequest) -> HttpResponse:
                 "lag": lag.total_lag,
                 "lag_ms": lag.max_lag_ms,
                 "topics": describable_topics(request, sorted({q.topic for q in lag.queues})),
-                "dlq": _dlq_count(broker, info.name),
+                # Shown (and linked) only to who may read the dead letters.
+                "dlq": _dlq_count(broker, info.name)
+                if may(request, Operation.READ, Resource.topic(dlq_topic_name(info.name)))
+                else None,
             }
         )
     return render(
