@@ -302,3 +302,29 @@ def test_account_forms_need_the_csrf_token(broker: Broker, admin: Any) -> None:
     assert token is not None
     issued = client.post("/tokens/", {"name": "t", "csrfmiddlewaretoken": token.group(1)})
     assert issued.status_code == 200 and ApiToken.objects.count() == 1
+
+
+def test_odd_input_gets_a_clear_answer_never_a_500(broker: Broker, admin: Any) -> None:
+    client = client_for(admin)
+    huge = "9" * 30
+    for url, status in (
+        (f"/tokens/{huge}/revoke/", 404),
+        (f"/acls/{huge}/delete/", 404),
+        ("/tokens/?user=nobody", 404),
+        ("/users/%00/", 404),
+        ("/acls/?resource_name=" + "x" * 300, 400),
+        ("/acls/?pattern_type=match", 400),
+        ("/acls/?operation=fly", 400),
+    ):
+        assert client.get(url).status_code == status, url
+    assert client.post(f"/tokens/{huge}/revoke/").status_code == 404
+    for data in (
+        {"name": "t", "expires_ms": str(2**61)},
+        {"name": "t", "expires_ms": "-5"},
+        {"name": "t", "expires": "99999-01-01T00:00"},
+        {"name": "x" * 101},
+    ):
+        assert client.post("/tokens/", data).status_code == 400, data
+    assert client.post("/users/new/", {"username": "u" * 151, "role": "viewer"}).status_code == 400
+    assert client.post("/users/nobody/", {"action": "unlock"}).status_code == 404
+    assert not ApiToken.objects.exists()

@@ -28,8 +28,10 @@ from webui.access import SIGNED_IN, Refused, console_page, console_subject
 from webui.search import parse_time
 from webui.views.common import mq_errors, validate
 
-#: An expiry later than this is a typing mistake (the REST API refuses it the same way).
-LATEST_EXPIRY_YEAR = 9000
+#: An expiry later than the year 9000 is a typing mistake (the REST API refuses it too).
+LATEST_EXPIRY_MS = int(datetime(9000, 1, 1, tzinfo=UTC).timestamp() * 1000)
+#: Ids beyond this are no token (and more than the database's integers hold).
+MAX_ID = 2**63 - 1
 
 
 def _whose(request: HttpRequest, username: str) -> str:
@@ -58,10 +60,9 @@ def _expiry(request: HttpRequest) -> tuple[datetime | None, dict[str, str]]:
         return None, {"expires": "not a valid time"}
     if ms is None:
         return None, {}
-    when = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    if when.year > LATEST_EXPIRY_YEAR:
+    if ms >= LATEST_EXPIRY_MS:
         return None, {"expires": "expires is too far in the future"}
-    return when, {}
+    return datetime.fromtimestamp(ms / 1000, tz=UTC), {}
 
 
 def _page(
@@ -124,6 +125,8 @@ def token_list(request: HttpRequest) -> HttpResponse:
 @console_page(read_role=SIGNED_IN, write_role=SIGNED_IN)
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     """POST: revoke the token now (the list's button asks to confirm first)."""
+    if token_id > MAX_ID:
+        raise NotFoundError("token_id", "not_found", f"no token {token_id}")
     token = service.get_token(token_id)
     owner = token.user.get_username()
     if owner != request.user.get_username() and not has_role(request.user, ADMIN):
