@@ -32,8 +32,8 @@ from typing import Any
 
 from api.serializers.common import INT32_MAX
 from mqcore.broker.types import OutgoingMessage
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message, plain_message
-from mqcore.store.msgid import HostAddress
 
 #: The fields of ``MessageInSerializer``; any other key makes the body "not plain".
 FIELDS = frozenset(

@@ -56,12 +56,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mqcore.format.layout import ENCODE_HEADERS, HEADER_SIZES, PROPERTIES_LENGTH
+from mqcore.format.msgid import HostAddress, UniqKeyGenerator, encode_host
+from mqcore.format.properties import encode_properties
+from mqcore.format.record import MESSAGE_MAGIC_CODE
 from mqcore.message import Message
 from mqcore.store.config import StoreConfig
-from mqcore.store.format import MESSAGE_MAGIC_CODE
-from mqcore.store.msgid import HostAddress, UniqKeyGenerator, encode_host
-from mqcore.store.properties import encode_properties
-from mqcore.store.record_layout import ENCODE_HEADERS, HEADER_SIZES, PROPERTIES_LENGTH
 from mqcore.store.results import BatchPutResults, PutResult, PutStatus
 from mqcore.store.store import MessageStore
 

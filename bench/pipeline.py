@@ -9,11 +9,11 @@ Usage::
 Steps, each timed and printed:
 
 1. Generate the store: CommitLog segments written in bulk with mqcore's own encoder
-   (``mqcore.store.format.encode_record``, 1 GiB segments with blank records at their ends,
+   (``mqcore.format.record.encode_record``, 1 GiB segments with blank records at their ends,
    as MessageStore lays them out), 100-byte bodies, TAGS, two KEYS and a UNIQ_KEY, 8 topics.
    ``--keep DIR`` reuses a store generated there before.
 2. The ceiling: a plain Python loop decoding the same segments with
-   ``mqcore.store.format.decode_record`` on one core (what a row-at-a-time reader costs).
+   ``mqcore.format.record.decode_record`` on one core (what a row-at-a-time reader costs).
 3. The same segments through the pipeline's columnar decoder on one core, no Spark: every
    column, then only ``phys_offset`` (what a projected scan decodes).
 4. ``spark.read.format("cairn").load(store)`` over ``local[*]``, ``--repeat`` times each
@@ -47,16 +47,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mqcore.store.format import (  # noqa: E402
+from mqcore.format.layout import BLANK  # noqa: E402
+from mqcore.format.msgid import HostAddress, UniqKeyGenerator  # noqa: E402
+from mqcore.format.properties import encode_properties  # noqa: E402
+from mqcore.format.record import (  # noqa: E402
     BLANK_MAGIC_CODE,
     DispatchRequest,
     decode_dispatch,
     decode_record,
     encode_record,
 )
-from mqcore.store.msgid import HostAddress, UniqKeyGenerator  # noqa: E402
-from mqcore.store.properties import encode_properties  # noqa: E402
-from mqcore.store.record_layout import BLANK  # noqa: E402
 
 SEGMENT_BYTES = 1024 * 1024 * 1024
 TOPICS = [f"BenchTopic{i}" for i in range(8)]

@@ -18,9 +18,9 @@ from typing import Any, NamedTuple
 from django.conf import settings
 
 from mqcore.broker import Broker
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import MESSAGE_MAGIC_CODE_V1
 from mqcore.message import MessageExt
-from mqcore.store.format import MESSAGE_MAGIC_CODE_V1
-from mqcore.store.msgid import HostAddress
 
 log = logging.getLogger(__name__)
 

@@ -78,8 +78,8 @@ from typing import TYPE_CHECKING
 
 from mqcore.clock import Clock
 from mqcore.errors import StoreError
-from mqcore.store.body_crc import body_crc
-from mqcore.store.msgid import HostAddress, encode_host
+from mqcore.format.body_crc import body_crc
+from mqcore.format.msgid import HostAddress, encode_host
 from mqcore.store.pending import DEFAULT_BORN_HOST
 
 from .errors import ErrorCode

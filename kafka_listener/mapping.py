@@ -71,9 +71,9 @@ from dataclasses import fields
 from typing import Any
 
 from mqcore.broker.types import OutgoingMessage
+from mqcore.format.msgid import HostAddress
+from mqcore.format.properties import is_system_property
 from mqcore.message import MessageExt
-from mqcore.store.msgid import HostAddress
-from mqcore.store.properties import is_system_property
 from mqcore.validation import MAX_GROUP_LENGTH, MAX_TOPIC_LENGTH
 
 from .primitives import unzigzag

@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from mqcore.format.msgid import HostAddress
 from mqcore.store.byte_cuts import cut
-from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns
 
 from .record_codec import MIN_RECORD_BYTES

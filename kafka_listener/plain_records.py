@@ -23,8 +23,8 @@ per varint costs as much as the rest of a record).
 from __future__ import annotations
 
 from mqcore.errors import RemoteProtocolError
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message, plain_message
-from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns
 
 from .plain_columns import MIN_COLUMN_RECORDS, UNDECIDED, plain_columns

@@ -36,9 +36,9 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from mqcore.format.msgid import encode_host
+from mqcore.format.record import DispatchRequest
 from mqcore.store.commit_log import CommitLog
-from mqcore.store.format import DispatchRequest
-from mqcore.store.msgid import encode_host
 
 from .producer_journal import Abandoned, Batch, Entry, IdsIssued, Intent
 

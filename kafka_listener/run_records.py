@@ -58,8 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from mqcore.store.format import MESSAGE_MAGIC_CODE
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     BORN_TIMESTAMP_POSITION,
     HEADER_SIZES,
     HOST_V6_FLAGS,
@@ -71,6 +70,7 @@ from mqcore.store.record_layout import (
     TOPIC_LENGTH_V1,
     V1_MAX_TOPIC_BYTES,
 )
+from mqcore.format.record import MESSAGE_MAGIC_CODE
 
 Int64s = npt.NDArray[np.int64]
 

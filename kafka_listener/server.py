@@ -44,7 +44,7 @@ from mqcore.access.model import WILDCARD
 from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import RemoteProtocolError
-from mqcore.store.msgid import HostAddress
+from mqcore.format.msgid import HostAddress
 
 from .connection import ConnectionClosed, Event, KafkaServerConnection, RequestReceived
 from .flow import BufferBudget, Flow

@@ -37,10 +37,10 @@ import numpy as np
 from mqcore.broker.broker import Broker
 from mqcore.broker.pulling import check_pull
 from mqcore.errors import StoreClosedError
+from mqcore.format.layout import HEADER_SIZES, MIN_RECORD_SIZE, QUEUE_ID_POSITION
 from mqcore.store.consume_queue import BLANK_SIZE, CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.quarantine import Quarantine
-from mqcore.store.record_layout import HEADER_SIZES, MIN_RECORD_SIZE, QUEUE_ID_POSITION
 
 from .run_records import Int64s, leading
 

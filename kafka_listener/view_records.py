@@ -38,14 +38,14 @@ from collections.abc import Sequence
 
 import google_crc32c
 
-from mqcore.store.format import MESSAGE_MAGIC_CODE
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     DISPATCH_HEADERS,
     HEADER_SIZES,
     HOST_V6_FLAGS,
     PROPERTIES_LENGTH,
     V1_MAX_TOPIC_BYTES,
 )
+from mqcore.format.record import MESSAGE_MAGIC_CODE
 from mqcore.store.record_views import RecordView
 
 from .mapping import message_to_record

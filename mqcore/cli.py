@@ -29,15 +29,15 @@ from typing import Any, NoReturn, TextIO
 
 from mqcore.clock import SystemClock
 from mqcore.errors import CorruptIndexError, MQError, ValidationError
+from mqcore.format.hashing import masked_crc32
+from mqcore.format.layout import MESSAGE_MAGIC_CODE_V2
+from mqcore.format.record import Blank, Valid, check_record, decode_record
 from mqcore.message import MessageExt
 from mqcore.metadata.check import check_config_dir
 from mqcore.store import queries
 from mqcore.store.commit_log import CommitLog
-from mqcore.store.format import Blank, Valid, check_record, decode_record
 from mqcore.store.geometry import Geometry, infer_geometry
-from mqcore.store.hashing import masked_crc32
 from mqcore.store.index_service import IndexService
-from mqcore.store.record_layout import MESSAGE_MAGIC_CODE_V2
 from mqcore.store.verify import CheckReport, QuarantineInfo, check_store
 
 __all__ = ["main"]

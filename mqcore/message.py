@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mqcore.store.msgid import HostAddress
+    from mqcore.format.msgid import HostAddress
 
 __all__ = ["Message", "MessageExt"]
 
-# This module imports nothing from ``mqcore.store`` at load time: the store package imports
-# it (results carry MessageExt), so a load-time import back would be circular. The names below
-# equal the ``mqcore.store.properties`` constants (tests/mqcore/test_message.py checks), and
-# the helpers are imported where they are used.
+# This module imports nothing from ``mqcore.format`` or ``mqcore.store`` at load time: both
+# import it (the record decoder builds MessageExt, results carry it), so a load-time import
+# back would be circular. The names below equal the ``mqcore.format.properties`` constants
+# (tests/mqcore/test_message.py checks), and the helpers are imported where they are used.
 _KEYS = "KEYS"  # properties.PROPERTY_KEYS
 _TAGS = "TAGS"  # properties.PROPERTY_TAGS
 _DELAY = "DELAY"  # properties.PROPERTY_DELAY_TIME_LEVEL
@@ -170,7 +170,7 @@ class MessageExt:
     @property
     def offset_msg_id(self) -> str:
         """Store host + commit-log offset as upper-case hex (spec 2.3)."""
-        from mqcore.store.msgid import create_offset_msg_id
+        from mqcore.format.msgid import create_offset_msg_id
 
         return create_offset_msg_id(self.store_host, self.phys_offset)
 
@@ -181,7 +181,7 @@ class MessageExt:
 
     def user_properties(self) -> dict[str, str]:
         """The properties minus the reserved system ones (``TAGS``, ``UNIQ_KEY``, ...)."""
-        from mqcore.store.properties import is_system_property
+        from mqcore.format.properties import is_system_property
 
         return {
             name: value for name, value in self.properties.items() if not is_system_property(name)

@@ -41,7 +41,7 @@ __all__ = [
 
 # Nothing from mqcore.store is imported at load time: the store package imports this module,
 # so an import back would be circular.
-MAX_PROPERTIES_BYTES = 32767  # == mqcore.store.properties.MAX_PROPERTIES_BYTES (tests check)
+MAX_PROPERTIES_BYTES = 32767  # == mqcore.format.properties.MAX_PROPERTIES_BYTES (tests check)
 MAX_TOPIC_LENGTH = 127
 MAX_SYSTEM_TOPIC_LENGTH = 255  # %RETRY%{group} and %DLQ%{group}
 MAX_GROUP_LENGTH = 120

@@ -30,8 +30,8 @@ from array import array
 import numpy as np
 import numpy.typing as npt
 
-from mqcore.store.format import MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_SIZE
-from mqcore.store.record_layout import INT32, MAGIC_POSITION, PHYS_OFFSET_POSITION
+from mqcore.format.layout import INT32, MAGIC_POSITION, PHYS_OFFSET_POSITION
+from mqcore.format.record import MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2, MIN_RECORD_SIZE
 
 __all__ = ["candidates", "chain"]
 

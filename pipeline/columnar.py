@@ -1,6 +1,6 @@
 """Columnar decoding: a :class:`~pipeline.segments.Chunk` of CommitLog records to one Arrow batch.
 
-Why not ``mqcore.store.format.decode_record`` per record: it costs ~5 us a record, ~200,000
+Why not ``mqcore.format.record.decode_record`` per record: it costs ~5 us a record, ~200,000
 rows/s per core, and a Spark scan must do many times that. Here every field is cut out of the
 chunk for all records at once with numpy and Arrow kernels (:mod:`pipeline.fields`):
 
@@ -21,7 +21,7 @@ without (negative topic length) ends the scan there.
 **Projection.** ``columns`` asks for a subset of the schema: only those columns are computed
 (a ``count(*)`` or ``select topic`` then skips the properties and bodies entirely).
 
-The layout positions come from ``mqcore.store.record_layout``; numpy and pyarrow only, no Spark.
+The layout positions come from ``mqcore.format.layout``; numpy and pyarrow only, no Spark.
 """
 
 from __future__ import annotations
@@ -36,15 +36,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mqcore.message import MessageExt
-from mqcore.store.format import (
-    MESSAGE_MAGIC_CODE_V1,
-    Corrupt,
-    Valid,
-    check_record,
-    decode_record,
-)
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     HEADER_SIZES,
     HOST_V6_FLAGS,
     MIN_RECORD_SIZE,
@@ -52,6 +44,14 @@ from mqcore.store.record_layout import (
     TOPIC_LENGTH_V1,
     V1_MAX_TOPIC_BYTES,
 )
+from mqcore.format.record import (
+    MESSAGE_MAGIC_CODE_V1,
+    Corrupt,
+    Valid,
+    check_record,
+    decode_record,
+)
+from mqcore.message import MessageExt
 from pipeline.fields import (
     ChunkView,
     Properties,
@@ -68,7 +68,7 @@ __all__ = ["Bounds", "decode_chunk", "message_row"]
 
 type I64 = npt.NDArray[np.int64]
 _HEADER = HEADER_SIZES[0]  # 88 bytes, V1 with IPv4 born and store hosts
-# Positions of the V1/IPv4 header fields (spec 1.2; record_layout's table).
+# Positions of the V1/IPv4 header fields (spec 1.2; mqcore.format.layout's table).
 _MAGIC, _BODYCRC, _QUEUEID, _FLAG, _QUEUEOFFSET, _PHYSOFFSET = 4, 8, 12, 16, 20, 28
 _SYSFLAG, _BORNTS, _BORNHOST, _STORETS, _STOREHOST, _RECONSUME = 36, 40, 48, 56, 64, 72
 _PREPARED, _BODYLENGTH = 76, 84

@@ -50,7 +50,7 @@ _HEX2 = np.array(
 _HEX4 = _HEX2[np.arange(65536) & 255].astype(np.uint32) | (
     _HEX2[np.arange(65536) >> 8].astype(np.uint32) << 16
 )
-_NAME_VALUE, _ENTRY = 0x01, 0x02  # mqcore.store.properties' separators
+_NAME_VALUE, _ENTRY = 0x01, 0x02  # mqcore.format.properties' separators
 _SPACE = 0x20  # between KEYS
 _MAX_LAG_CHECK = 16  # records with more properties than this: duplicates found by sorting
 

@@ -5,7 +5,7 @@ mapped read-only (``mmap.ACCESS_READ``) while the broker may be appending, so Sp
 live store or a copy of one. Chunks are views of the map, not copies (a 16 MiB ``pread`` into
 a buffer cost ~1 ms, 0.02 us a record, as much again in cache misses). The map survives
 cleanup deleting the file mid-scan (an unlinked file stays readable while mapped), and the
-store never shrinks a CommitLog file (recovery zeroes a torn tail), so no access faults. Layout and magic codes come from ``mqcore.store.format`` (spec 1, 2)::
+store never shrinks a CommitLog file (recovery zeroes a torn tail), so no access faults. Layout and magic codes come from ``mqcore.format.record`` (spec 1, 2)::
 
     <store>/commitlog/00000000000000000000   records ... blank record, zeros
     <store>/commitlog/00000000001073741824   named by base_offset (20 digits)
@@ -42,7 +42,15 @@ from pathlib import Path
 
 import numpy as np
 
-from mqcore.store.format import (
+from mqcore.format.layout import (
+    HEADER_SIZES,
+    HOST_V6_FLAGS,
+    INT32,
+    INT64,
+    MAGIC_POSITION,
+    SIZE_MAGIC,
+)
+from mqcore.format.record import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V1,
     MESSAGE_MAGIC_CODE_V2,
@@ -50,14 +58,6 @@ from mqcore.store.format import (
     PHYS_OFFSET_POSITION,
     Valid,
     check_record,
-)
-from mqcore.store.record_layout import (
-    HEADER_SIZES,
-    HOST_V6_FLAGS,
-    INT32,
-    INT64,
-    MAGIC_POSITION,
-    SIZE_MAGIC,
 )
 from pipeline.chain import candidates, chain
 

@@ -2,7 +2,7 @@
 
 The store calls its listeners for every record reput dispatches (``MessageStore.add_listener``,
 on the reput thread). While a live trace is open :class:`TraceBridge` is such a listener: it
-turns a :class:`~mqcore.store.format.DispatchRequest` into a ``store.appended`` event and
+turns a :class:`~mqcore.format.record.DispatchRequest` into a ``store.appended`` event and
 sends it to the topic's group, where the live-trace consumers (:mod:`webui.consumers`) pick
 it up.
 
@@ -47,8 +47,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import BaseChannelLayer, get_channel_layer
 
-from mqcore.store.format import DispatchRequest
-from mqcore.store.msgid import HostAddress, create_offset_msg_id
+from mqcore.format.msgid import HostAddress, create_offset_msg_id
+from mqcore.format.record import DispatchRequest
 from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)

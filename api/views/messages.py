@@ -51,7 +51,7 @@ from mqcore.access.model import Operation, Resource, ResourceType
 from mqcore.broker.types import OutgoingMessage
 from mqcore.errors import NotFoundError
 from mqcore.errors import ValidationError as MQValidationError
-from mqcore.store.msgid import HostAddress
+from mqcore.format.msgid import HostAddress
 
 DEFAULT_READ_LIMIT = 32
 _MESSAGE_FIELDS = ("body", "queue_id", "delay_level", "properties", "keys", "tag", "sharding_key")

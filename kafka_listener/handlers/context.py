@@ -14,7 +14,7 @@ from mqcore.access.backend import AccessBackend, StaticAccess
 from mqcore.access.model import Operation, Resource
 from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
-from mqcore.store.msgid import HostAddress
+from mqcore.format.msgid import HostAddress
 from mqcore.store.store import MessageStore
 
 from ..arrivals import Arrivals

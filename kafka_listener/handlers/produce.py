@@ -40,8 +40,8 @@ from mqcore.access.model import Operation, ResourceType
 from mqcore.broker.broker import Broker
 from mqcore.broker.types import SendResult
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
+from mqcore.format.msgid import decode_offset_msg_id
 from mqcore.message import Message
-from mqcore.store.msgid import decode_offset_msg_id
 from mqcore.store.plain_batch import PlainColumns
 
 from .. import mapping

@@ -69,11 +69,11 @@ from mqcore.broker.types import (
 )
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import ValidationError
+from mqcore.format.msgid import HostAddress, UniqKeyGenerator
 from mqcore.message import Message, MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
-from mqcore.store.msgid import HostAddress, UniqKeyGenerator
 from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.record_views import RecordsResult
 from mqcore.store.results import GetStatus

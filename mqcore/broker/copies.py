@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from mqcore.broker.reader import StoreReader
 from mqcore.errors import ValidationError
-from mqcore.message import MessageExt
-from mqcore.metadata.topics import SCHEDULE_TOPIC
-from mqcore.store.msgid import decode_offset_msg_id
-from mqcore.store.properties import (
+from mqcore.format.msgid import decode_offset_msg_id
+from mqcore.format.properties import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
 )
+from mqcore.message import MessageExt
+from mqcore.metadata.topics import SCHEDULE_TOPIC
 from mqcore.validation import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 MAX_COPIES = 64

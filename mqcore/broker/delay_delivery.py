@@ -30,11 +30,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from mqcore.broker.sending import Placed
-from mqcore.message import Message, MessageExt
-from mqcore.metadata.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
-from mqcore.services.result import StepResult
-from mqcore.store.consume_queue import ConsumeQueue
-from mqcore.store.properties import (
+from mqcore.format.layout import HOST_V6_FLAGS
+from mqcore.format.properties import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
@@ -42,7 +39,10 @@ from mqcore.store.properties import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_WAIT,
 )
-from mqcore.store.record_layout import HOST_V6_FLAGS
+from mqcore.message import Message, MessageExt
+from mqcore.metadata.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from mqcore.services.result import StepResult
+from mqcore.store.consume_queue import ConsumeQueue
 
 if TYPE_CHECKING:
     from mqcore.broker.broker import Broker

@@ -27,10 +27,8 @@ from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import Placed, QueueSelector, store_placed, to_schedule
 from mqcore.broker.types import SendBackAction, SendBackResult, SendResult
 from mqcore.errors import NotFoundError, ValidationError
-from mqcore.message import Message, MessageExt
-from mqcore.metadata import Metadata, SubscriptionGroupConfig, TopicConfig
-from mqcore.metadata.topics import dlq_topic_name, is_writeable, retry_topic_name
-from mqcore.store.properties import (
+from mqcore.format.layout import HOST_V6_FLAGS
+from mqcore.format.properties import (
     PROPERTY_DELAY,
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_ORIGIN_TOPIC,
@@ -42,7 +40,9 @@ from mqcore.store.properties import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_WAIT,
 )
-from mqcore.store.record_layout import HOST_V6_FLAGS
+from mqcore.message import Message, MessageExt
+from mqcore.metadata import Metadata, SubscriptionGroupConfig, TopicConfig
+from mqcore.metadata.topics import dlq_topic_name, is_writeable, retry_topic_name
 from mqcore.store.store import MessageStore
 
 FIRST_RETRY_LEVEL = 3  # "3 + reconsumeTimes": level 3 = 10 s by default

@@ -61,16 +61,9 @@ from mqcore.errors import (
     StoreNotWritableError,
     ValidationError,
 )
-from mqcore.message import Message, plain_message
-from mqcore.metadata import Metadata, TopicConfig
-from mqcore.metadata.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    SCHEDULE_TOPIC,
-    is_writeable,
-)
-from mqcore.store.hashing import java_string_hash
-from mqcore.store.msgid import HostAddress, UniqKeyGenerator
-from mqcore.store.properties import (
+from mqcore.format.hashing import java_string_hash
+from mqcore.format.msgid import HostAddress, UniqKeyGenerator
+from mqcore.format.properties import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
@@ -78,6 +71,13 @@ from mqcore.store.properties import (
     encode_message_properties,
     encode_properties,
     is_system_property,
+)
+from mqcore.message import Message, plain_message
+from mqcore.metadata import Metadata, TopicConfig
+from mqcore.metadata.topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    SCHEDULE_TOPIC,
+    is_writeable,
 )
 from mqcore.store.results import BatchPutResults, PutResult, PutStatus
 from mqcore.store.store import MessageStore

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mqcore.errors import ValidationError
-from mqcore.store.hashing import java_string_hash
+from mqcore.format.hashing import java_string_hash
 
 SUB_ALL = "*"
 _SEPARATOR = "||"

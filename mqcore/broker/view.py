@@ -26,10 +26,10 @@ from __future__ import annotations
 from mqcore.broker import copies
 from mqcore.broker.reader import StoreReader
 from mqcore.broker.types import ConsumeState, GroupConsumeStatus, MessageView
+from mqcore.format.properties import PROPERTY_UNIQ_KEY
 from mqcore.message import MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import SCHEDULE_TOPIC, dlq_topic_name, retry_topic_name
-from mqcore.store.properties import PROPERTY_UNIQ_KEY
 
 
 def subscribed_groups(metadata: Metadata, topic: str) -> list[str]:

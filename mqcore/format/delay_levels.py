@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mqcore.errors import ValidationError
-from mqcore.store.properties import PROPERTY_DELAY_TIME_LEVEL
+from mqcore.format.properties import PROPERTY_DELAY_TIME_LEVEL
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",

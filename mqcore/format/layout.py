@@ -1,6 +1,6 @@
 """CommitLog record layout: magic codes, SYSFLAG bits, Structs and the length formula (spec 1.1-1.4).
 
-``mqcore.store.format`` re-exports everything public here; import from there. The end of the
+``mqcore.format.record`` re-exports everything public here; import from there. The end of the
 module keeps the writer's cached encodings of hosts and topics (``TOPIC_FIELDS``, ``HOST_BYTES``).
 
 Record layout, all integers big-endian and signed (offsets for V1 with IPv4 born and store
@@ -57,8 +57,8 @@ from __future__ import annotations
 import struct
 
 from mqcore.errors import MessageIllegalError
-from mqcore.store.msgid import IPV4_HOST_SIZE, IPV6_HOST_SIZE, HostAddress, encode_host
-from mqcore.store.properties import MAX_PROPERTIES_BYTES
+from mqcore.format.msgid import IPV4_HOST_SIZE, IPV6_HOST_SIZE, HostAddress, encode_host
+from mqcore.format.properties import MAX_PROPERTIES_BYTES
 
 # --- magic codes and constants (spec 1.1) ------------------------------------------------------
 
@@ -270,7 +270,7 @@ def record_size(
 
 # --- the writer's cached encodings of hosts and topics -------------------------------------------
 #
-# encode_record_parts (format.py) looks hosts and topics up here before encoding them: a broker
+# encode_record_parts (record.py) looks hosts and topics up here before encoding them: a broker
 # sees a handful of each. Bounded: past the limit, new ones are encoded on every call instead.
 # Only successful encodings are cached, so errors are raised every time, as before.
 

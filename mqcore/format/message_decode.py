@@ -5,10 +5,10 @@ usual record (V1 topic, IPv4 hosts).
 formatting both hosts with ``inet_ntop`` and a new ``HostAddress`` each. A pull of 32
 messages pays that 32 times for what is almost always the same store host and a handful of
 born hosts. :func:`decode_message` inlines the framing checks of the usual record (the
-checks of ``format._frame``, in the same order, on the values one header unpack gives) and
+checks of ``record._frame``, in the same order, on the values one header unpack gives) and
 takes hosts from a small cache; any other record, or one that fails a check, goes to
 ``decode_record`` itself, which alone decides what a bad record is and raises for it.
-The results are equal field for field (``tests/mqcore/store/test_message_decode.py``).
+The results are equal field for field (``tests/mqcore/format/test_message_decode.py``).
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from mqcore.message import MessageExt
-from mqcore.store.format import MESSAGE_MAGIC_CODE, decode_record
-from mqcore.store.msgid import HostAddress, ReadableBuffer
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     DECODE_HEADERS,
     HEADER_SIZES,
     HOST_V6_FLAGS,
     PROPERTIES_LENGTH,
     V1_MAX_TOPIC_BYTES,
 )
+from mqcore.format.msgid import HostAddress, ReadableBuffer
+from mqcore.format.record import MESSAGE_MAGIC_CODE, decode_record
+from mqcore.message import MessageExt
 
 _HEADER = DECODE_HEADERS[0]  # V1 record, IPv4 born and store hosts
 _HEADER_SIZE = HEADER_SIZES[0]
@@ -36,7 +36,7 @@ _HOSTS_MAX = 4096  # distinct (ip, port) pairs kept; the cache is dropped when f
 
 
 class _Builder:
-    """Same slots as :class:`MessageExt`: filled, then its ``__class__`` set (``format.py``'s
+    """Same slots as :class:`MessageExt`: filled, then its ``__class__`` set (``record.py``'s
     ``_MessageExtBuilder`` does the same; a frozen dataclass ``__init__`` costs ~2 us)."""
 
     __slots__ = MessageExt.__slots__
@@ -105,7 +105,7 @@ def decode_message(buf: ReadableBuffer, pos: int, limit: int) -> MessageExt:
     m.topic = str(buf[topic_length_pos + 1 : properties_pos - _PLEN_SIZE], "utf-8", "replace")
     props: dict[str, str] = {}
     if properties_length:
-        # ``format._properties_at``, inlined: Java keeps a pair only when its first \x01 is
+        # ``record._properties_at``, inlined: Java keeps a pair only when its first \x01 is
         # neither the first nor the last character.
         for segment in str(buf[properties_pos:end], "utf-8", "replace").split("\x02"):
             name, _, value = segment.partition("\x01")

@@ -1,8 +1,8 @@
 """The CommitLog record codec: encoder, validator and decoders (spec 1, 3.1, 5.5, 6.1, 7.3).
 
-The byte layout, magic codes, SYSFLAG bits and Structs live in ``record_layout`` (its
+The byte layout, magic codes, SYSFLAG bits and Structs live in ``layout`` (its
 docstring has the full table) and delay levels in ``delay_levels``; both are re-exported here,
-so ``mqcore.store.format`` is the one import for record work. In short::
+so ``mqcore.format.record`` is the one import for record work. In short::
 
     TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
     BORNHOST(8|20) STORETIMESTAMP STOREHOST(8|20) RECONSUMETIMES PREPARED_TX_OFFSET
@@ -49,24 +49,16 @@ from dataclasses import dataclass, fields
 from typing import Any, cast
 
 from mqcore.errors import CorruptRecordError, MessageIllegalError
-from mqcore.message import MessageExt
-from mqcore.store.body_crc import BODY_CRC_MASK, crc32
-from mqcore.store.delay_levels import (
+from mqcore.format.body_crc import BODY_CRC_MASK, crc32
+from mqcore.format.delay_levels import (
     DEFAULT_DELAY_LEVELS,
     DEFAULT_DELAY_LEVELS_MS,
     SCHEDULE_TOPIC,
     parse_delay_levels,
     schedule_deliver_ms,
 )
-from mqcore.store.hashing import java_string_hash
-from mqcore.store.msgid import IPV6_HOST_SIZE, HostAddress, ReadableBuffer
-from mqcore.store.properties import (
-    MAX_PROPERTIES_BYTES,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-)
-from mqcore.store.record_layout import (
+from mqcore.format.hashing import java_string_hash
+from mqcore.format.layout import (
     BLANK,
     BLANK_MAGIC_CODE,
     BODY_CRC_POSITION,
@@ -121,9 +113,17 @@ from mqcore.store.record_layout import (
     store_timestamp_position,
     transaction_type,
 )
+from mqcore.format.msgid import IPV6_HOST_SIZE, HostAddress, ReadableBuffer
+from mqcore.format.properties import (
+    MAX_PROPERTIES_BYTES,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+)
+from mqcore.message import MessageExt
 
 __all__ = [
-    # layout (record_layout)
+    # layout (layout.py)
     "BLANK_MAGIC_CODE",
     "BORNHOST_V6_FLAG",
     "COMPRESSED_FLAG",
@@ -155,7 +155,7 @@ __all__ = [
     "store_host_is_v6",
     "store_timestamp_position",
     "transaction_type",
-    # delay levels (delay_levels)
+    # delay levels (delay_levels.py)
     "DEFAULT_DELAY_LEVELS",
     "DEFAULT_DELAY_LEVELS_MS",
     "SCHEDULE_TOPIC",
@@ -210,7 +210,7 @@ def encode_record(
     Args:
         topic, queue_id, flag, queue_offset, phys_offset, sys_flag, born_timestamp, born_host,
         store_timestamp, store_host, reconsume_times, prepared_transaction_offset: the record
-            fields of the same names (``record_layout`` has the table).
+            fields of the same names (``layout`` has the table).
         body: the body as stored (already compressed if ``sys_flag`` says so).
         properties: the encoded PROPERTIES (``properties.encode_properties``).
 

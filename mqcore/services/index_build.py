@@ -55,17 +55,17 @@ from typing import Any, Literal, Protocol
 
 from mqcore.clock import Clock
 from mqcore.errors import StoreError
+from mqcore.format.layout import TRANSACTION_TYPE_MASK
+from mqcore.format.record import DispatchRequest
 from mqcore.services import locks
 from mqcore.services.queue_build import pad_to
 from mqcore.services.result import StepResult
 from mqcore.store import derived_start, dispatch_write, offset_table, rebuild_walk, roles
 from mqcore.store import rebuild_dir as rebuild_dir_files
 from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexService
 from mqcore.store.progress import Slot
 from mqcore.store.rebuild_dir import Move
-from mqcore.store.record_layout import TRANSACTION_TYPE_MASK
 from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)

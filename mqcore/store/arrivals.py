@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from mqcore.store.format import DispatchRequest
-from mqcore.store.record_layout import TRANSACTION_TYPE_MASK
+from mqcore.format.layout import TRANSACTION_TYPE_MASK
+from mqcore.format.record import DispatchRequest
 
 QueueKey = tuple[str, int]
 Arrivals = Mapping[QueueKey, int]

@@ -36,25 +36,9 @@ from typing import NamedTuple
 
 from mqcore.clock import Clock
 from mqcore.errors import CorruptRecordError, MessageIllegalError
-from mqcore.message import Message, MessageExt
-from mqcore.store.body_crc import body_crc
-from mqcore.store.config import StoreConfig
-from mqcore.store.delay_levels import parse_delay_levels
-from mqcore.store.format import (
-    Blank,
-    Corrupt,
-    DispatchRequest,
-    decode_dispatch,
-    decode_record,
-    encode_blank,
-    encode_record_parts,
-)
-from mqcore.store.mapped_file import MappedFile
-from mqcore.store.msgid import HostAddress
-from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
-from mqcore.store.prefault import reserve_chunk_bytes
-from mqcore.store.quarantine import FoundBy, Quarantine, record_header
-from mqcore.store.record_layout import (
+from mqcore.format.body_crc import body_crc
+from mqcore.format.delay_levels import parse_delay_levels
+from mqcore.format.layout import (
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
     INT32,
@@ -63,6 +47,22 @@ from mqcore.store.record_layout import (
     SYSFLAG_POSITION,
     store_timestamp_position,
 )
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import (
+    Blank,
+    Corrupt,
+    DispatchRequest,
+    decode_dispatch,
+    decode_record,
+    encode_blank,
+    encode_record_parts,
+)
+from mqcore.message import Message, MessageExt
+from mqcore.store.config import StoreConfig
+from mqcore.store.mapped_file import MappedFile
+from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
+from mqcore.store.prefault import reserve_chunk_bytes
+from mqcore.store.quarantine import FoundBy, Quarantine, record_header
 from mqcore.store.record_search import SegmentFile
 from mqcore.store.results import BatchPutResults
 from mqcore.store.segments import MappedFileQueue
@@ -72,7 +72,7 @@ from mqcore.store.segments import MappedFileQueue
 class PendingRecord:
     """A message ready to append: everything but the offsets and the store time.
 
-    ``size`` is the record's TOTALSIZE (``record_layout.record_size``), computed by the
+    ``size`` is the record's TOTALSIZE (``layout.record_size``), computed by the
     caller before the put lock is taken. ``takes_queue_offset`` is False for PREPARED and
     ROLLBACK transaction records, which get QUEUEOFFSET 0 and no ConsumeQueue entry.
     """

@@ -40,7 +40,7 @@ _QUEUE_DIR_NAME = re.compile(r"0|[1-9][0-9]*")
 
 class QueueUnitSource(Protocol):
     """What :meth:`ConsumeQueueStore.put_many` reads from a dispatched record
-    (``format.DispatchRequest`` has these attributes)."""
+    (``record.DispatchRequest`` has these attributes)."""
 
     @property
     def topic(self) -> str: ...

@@ -59,13 +59,13 @@ import numpy as np
 import numpy.typing as npt
 
 from mqcore.errors import StoreClosedError
+from mqcore.format.layout import HEADER_SIZES
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.consume_queue import _UNIT_DTYPE, BLANK_SIZE, CQ_UNIT_SIZE, ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.index_file import ENTRY_DTYPE, INVALID_INDEX, SLOT, IndexFile
 from mqcore.store.index_service import IndexService
 from mqcore.store.quarantine import record_header
-from mqcore.store.record_layout import HEADER_SIZES
 from mqcore.store.verify_derived import RecordReader, entry_problems, unit_problem
 
 log = logging.getLogger(__name__)

@@ -47,12 +47,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mqcore.format.layout import TRANSACTION_ROLLBACK_TYPE
+from mqcore.format.record import DispatchRequest
 from mqcore.message import Message
 from mqcore.store import derived_check, offset_table, rebuild_dir
 from mqcore.store.consume_queue import ConsumeQueue
-from mqcore.store.format import DispatchRequest
 from mqcore.store.queue_snapshot import QueueOffsetSnapshot
-from mqcore.store.record_layout import TRANSACTION_ROLLBACK_TYPE
 from mqcore.store.results import PutResult, PutStatus, RefusedPutResult
 from mqcore.store.verify_derived import RecordReader
 

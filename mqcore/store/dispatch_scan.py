@@ -1,6 +1,6 @@
 """Reput's fast walk: the fields ConsumeQueue and IndexFile need, for a run of records.
 
-``CommitLog.iter_dispatch`` yields one :class:`~mqcore.store.format.DispatchRequest` per
+``CommitLog.iter_dispatch`` yields one :class:`~mqcore.format.record.DispatchRequest` per
 record (a frozen object with all properties, for listeners and tools) from a generator,
 and reput then sorts out each item. When nobody listens, reput needs only ten fields:
 :func:`dispatch_columns` (reput's walk, ``MessageStore.reput_once``) and :func:`scan_columns`
@@ -36,12 +36,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from mqcore.store.delay_levels import SCHEDULE_TOPIC
-from mqcore.store.format import Blank, Corrupt, DispatchRequest, decode_dispatch
-from mqcore.store.hashing import java_string_hash
-from mqcore.store.key_column import FixedKeys
-from mqcore.store.keyed_properties import keyed_columns
-from mqcore.store.record_layout import (
+from mqcore.format.delay_levels import SCHEDULE_TOPIC
+from mqcore.format.hashing import java_string_hash
+from mqcore.format.layout import (
     HEADER_SIZES,
     HOST_V6_FLAGS,
     INT32,
@@ -52,6 +49,9 @@ from mqcore.store.record_layout import (
     TOPIC_LENGTH_V1,
     V1_MAX_TOPIC_BYTES,
 )
+from mqcore.format.record import Blank, Corrupt, DispatchRequest, decode_dispatch
+from mqcore.store.key_column import FixedKeys
+from mqcore.store.keyed_properties import keyed_columns
 from mqcore.store.reput_columns import NUMBER_FIELDS, Columns, Row
 
 __all__ = ["Columns", "DispatchRow", "Row", "dispatch_columns", "scan_columns"]

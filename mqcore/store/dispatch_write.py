@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mqcore.store.arrivals import QueueKey, arrivals_of_columns, arrivals_of_requests
-from mqcore.store.format import DispatchRequest
-from mqcore.store.index_service import IndexColumns
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from mqcore.format.record import DispatchRequest
+from mqcore.store.arrivals import QueueKey, arrivals_of_columns, arrivals_of_requests
+from mqcore.store.index_service import IndexColumns
 from mqcore.store.reput_columns import Columns, Row
 
 if TYPE_CHECKING:

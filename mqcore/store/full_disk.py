@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mqcore.errors import DiskFullError
-from mqcore.store import space
-from mqcore.store.commit_log import CommitLog
-from mqcore.store.format import DispatchRequest
-from mqcore.store.health import StoreHealth
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from mqcore.format.record import DispatchRequest
+from mqcore.store import space
+from mqcore.store.commit_log import CommitLog
+from mqcore.store.health import StoreHealth
 from mqcore.store.refusals import DISK_SOURCES, Refusals
 
 if TYPE_CHECKING:

@@ -77,8 +77,8 @@ from typing import Final
 import numpy as np
 
 from mqcore.errors import CorruptIndexError, StoreClosedError, StoreNotWritableError
+from mqcore.format.hashing import index_key_hash
 from mqcore.store import index_bulk, libc, space
-from mqcore.store.hashing import index_key_hash
 
 __all__ = [
     "ENTRY",

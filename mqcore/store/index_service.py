@@ -54,8 +54,7 @@ import numpy as np
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import CorruptIndexError, StoreError, StoreNotWritableError
-from mqcore.store import index_bulk, rebuild_dir
-from mqcore.store.hashing import (
+from mqcore.format.hashing import (
     index_hash_array,
     index_hash_with_prefix,
     index_hashes_of_grid,
@@ -63,6 +62,7 @@ from mqcore.store.hashing import (
     index_hashes_with_prefix,
     java_string_hash,
 )
+from mqcore.store import index_bulk, rebuild_dir
 from mqcore.store.index_file import IndexFile
 from mqcore.store.key_column import FixedKeys, RaggedKeys
 
@@ -119,7 +119,7 @@ def _is_index_name(name: str) -> bool:
 
 class Indexable(Protocol):
     """What :meth:`IndexService.build_index_many` reads from each message
-    (``format.DispatchRequest`` has these attributes)."""
+    (``record.DispatchRequest`` has these attributes)."""
 
     @property
     def topic(self) -> str: ...

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from mqcore.format.layout import PROPERTIES_LENGTH
 from mqcore.store.byte_cuts import cut
 from mqcore.store.plain_grid import (
     HEX_DIGITS,
@@ -50,7 +51,6 @@ from mqcore.store.plain_grid import (
     row_dtype,
     write_headers,
 )
-from mqcore.store.record_layout import PROPERTIES_LENGTH
 
 I64s = npt.NDArray[np.int64]
 

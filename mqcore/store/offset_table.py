@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, NamedTuple
 
+from mqcore.format.record import DispatchRequest
 from mqcore.store import queue_snapshot
-from mqcore.store.format import DispatchRequest
 from mqcore.store.queue_snapshot import QueueEntry, QueueOffsetSnapshot
 from mqcore.store.verify_derived import takes_unit
 

@@ -13,16 +13,7 @@ Thread-safety: a pure function but for the UNIQ_KEY generator and the clock it i
 from __future__ import annotations
 
 from mqcore.clock import Clock
-from mqcore.message import Message
-from mqcore.store.commit_log import PendingRecord
-from mqcore.store.msgid import HostAddress, UniqKeyGenerator
-from mqcore.store.properties import (
-    PROPERTY_UNIQ_KEY,
-    PROPERTY_WAIT,
-    encode_message_properties,
-    encode_properties,
-)
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -31,6 +22,15 @@ from mqcore.store.record_layout import (
     V1_MAX_TOPIC_BYTES,
     record_size,
 )
+from mqcore.format.msgid import HostAddress, UniqKeyGenerator
+from mqcore.format.properties import (
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    encode_message_properties,
+    encode_properties,
+)
+from mqcore.message import Message
+from mqcore.store.commit_log import PendingRecord
 from mqcore.validation import validate_body, validate_properties_size
 
 DEFAULT_BORN_HOST = HostAddress("127.0.0.1", 0)

@@ -37,19 +37,8 @@ import numpy as np
 import numpy.typing as npt
 
 from mqcore.errors import MessageIllegalError, ValidationError
-from mqcore.message import Message
-from mqcore.store.body_crc import BODY_CRC_MASK, crc32
-from mqcore.store.keyed_grid import encode_keyed_grid, key_pairs
-from mqcore.store.msgid import (
-    IPV6_HOST_SIZE,
-    HostAddress,
-    ReservedIds,
-    create_offset_msg_ids,
-    reserved_tails,
-)
-from mqcore.store.plain_grid import KEYS_OPEN, MIN_GRID_RECORDS, encode_grid, properties_size
-from mqcore.store.properties import MAX_PROPERTIES_BYTES, encode_message_properties
-from mqcore.store.record_layout import (
+from mqcore.format.body_crc import BODY_CRC_MASK, crc32
+from mqcore.format.layout import (
     ENCODE_HEADERS,
     HOST_BYTES,
     HOST_V6_FLAGS,
@@ -58,6 +47,17 @@ from mqcore.store.record_layout import (
     cache_host_bytes,
     cache_topic_field,
 )
+from mqcore.format.msgid import (
+    IPV6_HOST_SIZE,
+    HostAddress,
+    ReservedIds,
+    create_offset_msg_ids,
+    reserved_tails,
+)
+from mqcore.format.properties import MAX_PROPERTIES_BYTES, encode_message_properties
+from mqcore.message import Message
+from mqcore.store.keyed_grid import encode_keyed_grid, key_pairs
+from mqcore.store.plain_grid import KEYS_OPEN, MIN_GRID_RECORDS, encode_grid, properties_size
 from mqcore.store.results import BatchPutResults, PutStatus
 
 I64s = npt.NDArray[np.int64]

@@ -34,8 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from mqcore.store.msgid import hex4_table
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     BODY_CRC_POSITION,
     BORN_TIMESTAMP_POSITION,
     INT32,
@@ -43,6 +42,7 @@ from mqcore.store.record_layout import (
     PROPERTIES_LENGTH,
     QUEUE_OFFSET_POSITION,
 )
+from mqcore.format.msgid import hex4_table
 
 I64s = npt.NDArray[np.int64]
 

@@ -58,10 +58,10 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
+from mqcore.format.msgid import HostAddress
 from mqcore.store import space
 from mqcore.store.config import StoreConfig
 from mqcore.store.mapped_file import fsync_directory
-from mqcore.store.msgid import HostAddress
 
 PROGRESS_FILE_SIZE = 4096
 MAGIC = int.from_bytes(b"CAIRNPG1", "big")

@@ -49,9 +49,7 @@ from typing import Any, Literal
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import ValidationError
-from mqcore.store.health import StoreHealth
-from mqcore.store.mapped_file import fsync_directory
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     HEADER_SIZES,
     INT32,
     INT64,
@@ -67,6 +65,8 @@ from mqcore.store.record_layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from mqcore.store.health import StoreHealth
+from mqcore.store.mapped_file import fsync_directory
 from mqcore.store.record_search import SegmentFile
 from mqcore.validation import validate_topic
 

@@ -10,11 +10,11 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 
 from mqcore.errors import CorruptRecordError, ValidationError
+from mqcore.format.msgid import decode_offset_msg_id
 from mqcore.message import MessageExt
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.consume_queue import BLANK_SIZE, ConsumeQueue, Unit
 from mqcore.store.index_service import IndexService
-from mqcore.store.msgid import decode_offset_msg_id
 from mqcore.store.record_reader import RecordReader
 from mqcore.store.record_views import RecordsResult, RecordView
 from mqcore.store.results import GetResult, GetStatus

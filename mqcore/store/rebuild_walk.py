@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from mqcore.errors import StoreError
+from mqcore.format.record import DispatchRequest
 from mqcore.store import recovery
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.dispatch_scan import Columns, dispatch_columns
-from mqcore.store.format import DispatchRequest
 from mqcore.store.record_search import SegmentFile
 
 

@@ -21,11 +21,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from mqcore.errors import CorruptRecordError
-from mqcore.message import MessageExt
-from mqcore.store.body_crc import body_crc
-from mqcore.store.mapped_file import MappedFile
-from mqcore.store.message_decode import decode_message
-from mqcore.store.record_layout import (
+from mqcore.format.body_crc import body_crc
+from mqcore.format.layout import (
     HEADER_SIZES,
     INT32,
     MESSAGE_MAGIC_CODE_V1,
@@ -36,6 +33,9 @@ from mqcore.store.record_layout import (
     TOPIC_LENGTH_V1,
     TOPIC_LENGTH_V2,
 )
+from mqcore.format.message_decode import decode_message
+from mqcore.message import MessageExt
+from mqcore.store.mapped_file import MappedFile
 
 if TYPE_CHECKING:
     from mqcore.store.commit_log import CommitLog

@@ -26,9 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from mqcore.store import space
-from mqcore.store.format import Valid, check_record
-from mqcore.store.record_layout import (
+from mqcore.format.layout import (
     BLANK,
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V1,
@@ -36,6 +34,8 @@ from mqcore.store.record_layout import (
     MIN_RECORD_SIZE,
     SIZE_MAGIC,
 )
+from mqcore.format.record import Valid, check_record
+from mqcore.store import space
 
 #: Bytes read per ``pread`` while searching or measuring a region.
 CHUNK_BYTES = 1 << 20

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mqcore.format.layout import INT32, INT64, SYSFLAG_POSITION, store_timestamp_position
+from mqcore.format.message_decode import decode_message
 from mqcore.message import MessageExt
-from mqcore.store.message_decode import decode_message
-from mqcore.store.record_layout import INT32, INT64, SYSFLAG_POSITION, store_timestamp_position
 from mqcore.store.results import GetStatus
 
 

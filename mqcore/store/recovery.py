@@ -45,11 +45,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from mqcore.store.checkpoint import Checkpoint
-from mqcore.store.commit_log import CommitLog
-from mqcore.store.consume_queue import ConsumeQueue
-from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.format import (
+from mqcore.format.record import (
     Blank,
     Corrupt,
     DispatchRequest,
@@ -59,6 +55,10 @@ from mqcore.store.format import (
     check_record,
     decode_dispatch,
 )
+from mqcore.store.checkpoint import Checkpoint
+from mqcore.store.commit_log import CommitLog
+from mqcore.store.consume_queue import ConsumeQueue
+from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.index_service import IndexService
 from mqcore.store.mapped_file import MappedFile
 from mqcore.store.quarantine import FoundBy, QuarantineEntry

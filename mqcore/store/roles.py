@@ -48,19 +48,19 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from mqcore.errors import CorruptIndexError
+from mqcore.format.layout import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from mqcore.format.record import DispatchRequest
 from mqcore.store import derived_start, full_disk, offset_table
 from mqcore.store.arrivals import arrivals_of_requests
 from mqcore.store.checkpoint import Checkpoint
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.format import DispatchRequest
 from mqcore.store.index_service import IndexService
 from mqcore.store.progress import DISK_FULL, LOGIC_DISK_FULL, Progress, Slot, publish_config
-from mqcore.store.record_layout import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_TYPE_MASK,
-)
 from mqcore.store.recovery import (
     RecoveryReport,
     choose_start_segment,

@@ -27,6 +27,13 @@ from types import TracebackType
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import DiskFullError, StoreClosedError, ValidationError
+from mqcore.format.layout import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from mqcore.format.msgid import UniqKeyGenerator, create_offset_msg_id
+from mqcore.format.record import DispatchRequest
 from mqcore.message import Message, MessageExt
 from mqcore.store import (
     derived_start,
@@ -43,22 +50,15 @@ from mqcore.store.commit_log import CommitLog, PendingRecord
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.format import DispatchRequest
 from mqcore.store.health import StoreHealth
 from mqcore.store.index_service import IndexService
 from mqcore.store.lockfile import StoreLock
-from mqcore.store.msgid import UniqKeyGenerator, create_offset_msg_id
 from mqcore.store.pending import DEFAULT_BORN_HOST, pending_record
 from mqcore.store.plain_batch import PlainColumns
 from mqcore.store.prefault import Prefaulter, start_prefaulter
 from mqcore.store.progress import Progress, Slot
 from mqcore.store.quarantine import Quarantine
 from mqcore.store.queue_snapshot import QueueOffsetSnapshot
-from mqcore.store.record_layout import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_TYPE_MASK,
-)
 from mqcore.store.record_views import RecordsResult
 from mqcore.store.recovery import RecoveryReport, recover
 from mqcore.store.refusals import DISK_SOURCES, Refusals

@@ -44,9 +44,7 @@ from typing import Any
 
 from mqcore.clock import SystemClock
 from mqcore.errors import StoreError, ValidationError
-from mqcore.store.checkpoint import Checkpoint
-from mqcore.store.commit_log import CommitLog
-from mqcore.store.format import (
+from mqcore.format.record import (
     Blank,
     Corrupt,
     DispatchRequest,
@@ -55,6 +53,8 @@ from mqcore.store.format import (
     check_record,
     decode_dispatch,
 )
+from mqcore.store.checkpoint import Checkpoint
+from mqcore.store.commit_log import CommitLog
 from mqcore.store.geometry import Geometry
 from mqcore.store.health import StoreHealth
 from mqcore.store.mapped_file import MappedFile

@@ -32,21 +32,21 @@ from pathlib import Path
 from typing import Protocol
 
 from mqcore.errors import CorruptIndexError, StoreError
-from mqcore.store import queue_snapshot, rebuild_dir
-from mqcore.store.commit_log import CommitLog
-from mqcore.store.consume_queue import BLANK_SIZE, CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
-from mqcore.store.format import Corrupt, DispatchRequest, decode_dispatch
-from mqcore.store.geometry import Geometry, segment_paths
-from mqcore.store.hashing import index_key_hash
-from mqcore.store.index_file import ENTRY, HEADER, MAX_TIME_DIFF, SLOT, IndexFile
-from mqcore.store.index_service import IndexService
-from mqcore.store.properties import split_keys
-from mqcore.store.record_layout import (
+from mqcore.format.hashing import index_key_hash
+from mqcore.format.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from mqcore.format.properties import split_keys
+from mqcore.format.record import Corrupt, DispatchRequest, decode_dispatch
+from mqcore.store import queue_snapshot, rebuild_dir
+from mqcore.store.commit_log import CommitLog
+from mqcore.store.consume_queue import BLANK_SIZE, CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
+from mqcore.store.geometry import Geometry, segment_paths
+from mqcore.store.index_file import ENTRY, HEADER, MAX_TIME_DIFF, SLOT, IndexFile
+from mqcore.store.index_service import IndexService
 
 __all__ = [
     "Findings",

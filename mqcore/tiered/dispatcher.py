@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqcore.errors import StoreError
+from mqcore.format.properties import PROPERTY_UNIQ_KEY
+from mqcore.format.record import Corrupt, Valid, check_record, decode_record
 from mqcore.metadata.topics import RESERVED_TOPICS, SYSTEM_TOPIC_PREFIX
 from mqcore.store.consume_queue import BLANK_SIZE, ConsumeQueue, Unit
-from mqcore.store.format import Corrupt, Valid, check_record, decode_record
-from mqcore.store.properties import PROPERTY_UNIQ_KEY
 from mqcore.store.store import MessageStore
 from mqcore.tiered.flat_file import FlatFile
 from mqcore.tiered.storage import TieredStorage

@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import CorruptIndexError, CorruptRecordError, ValidationError
+from mqcore.format.record import Valid, check_record
 from mqcore.store.consume_queue import BLANK_SIZE, BLANK_UNIT, CQ_UNIT, CQ_UNIT_SIZE, Unit
-from mqcore.store.format import Valid, check_record
 from mqcore.tiered.backend import SegmentBackend, SegmentId, SegmentType, TieredStoreError
 from mqcore.tiered.config import TieredConfig
 from mqcore.tiered.metadata import QueueProgress, SegmentMeta, SegmentStatus, TieredMetadataStore

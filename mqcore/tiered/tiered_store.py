@@ -43,13 +43,13 @@ from typing import Any
 
 from mqcore.clock import Clock
 from mqcore.errors import StoreError
+from mqcore.format.properties import PROPERTY_UNIQ_KEY
+from mqcore.format.record import Valid, check_record, decode_record
 from mqcore.message import MessageExt
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import Unit
 from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.format import Valid, check_record, decode_record
-from mqcore.store.properties import PROPERTY_UNIQ_KEY
 from mqcore.store.queries import MAX_FILTER_SCAN_BYTES
 from mqcore.store.results import GetResult, GetStatus
 from mqcore.store.store import MessageStore

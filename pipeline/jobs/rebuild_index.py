@@ -5,7 +5,7 @@ after losing ``consumequeue/`` and ``index/``, a copied store, a changed index g
 that is hours of one core. Here:
 
 1. **Spark tasks, one per segment, in parallel**: walk the segment exactly as reput does
-   (``mqcore.store.format.decode_dispatch``: blank ends the segment, a corrupt record with a
+   (``mqcore.format.record.decode_dispatch``: blank ends the segment, a corrupt record with a
    size is skipped, one without ends the walk) and produce, in CommitLog order,
    ConsumeQueue entries ``(topic, queue_id, queue_offset, phys_offset, size, tags_code)`` for
    NOT_TYPE/COMMIT records, and index entries ``(phys_offset, store_timestamp, key_hash)``
@@ -37,17 +37,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from mqcore.store.config import StoreConfig
-from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.delay_levels import parse_delay_levels
-from mqcore.store.format import Corrupt, DispatchRequest, decode_dispatch
-from mqcore.store.hashing import index_key_hash
-from mqcore.store.index_service import IndexService
-from mqcore.store.record_layout import (
+from mqcore.format.delay_levels import parse_delay_levels
+from mqcore.format.hashing import index_key_hash
+from mqcore.format.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
+from mqcore.format.record import Corrupt, DispatchRequest, decode_dispatch
+from mqcore.store.config import StoreConfig
+from mqcore.store.consume_queue_store import ConsumeQueueStore
+from mqcore.store.index_service import IndexService
 from pipeline.progress import Emit
 from pipeline.segments import ScanRange, list_segments, plan_ranges, snapshot_end
 

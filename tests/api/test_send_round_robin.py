@@ -19,8 +19,8 @@ from api.send_input import plain_messages, round_robin_messages
 from mqcore.broker import Broker
 from mqcore.broker.sending import _plain_message
 from mqcore.broker.types import OutgoingMessage
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
-from mqcore.store.msgid import HostAddress
 from tests.api.conftest import assert_problem, wait_dispatched
 
 MAX = int(settings.CAIRN_API["MAX_BATCH_MESSAGES"])

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from kafka_listener import mapping
 from kafka_listener.records import Record
 from mqcore.broker.types import OutgoingMessage
+from mqcore.format.msgid import HostAddress
+from mqcore.format.properties import is_system_property
 from mqcore.message import MessageExt
-from mqcore.store.msgid import HostAddress
-from mqcore.store.properties import is_system_property
 from mqcore.validation import validate_group, validate_topic
 
 KAFKA_TOPICS = st.text(st.sampled_from("abcXYZ019._-"), min_size=1, max_size=127).filter(

@@ -31,8 +31,8 @@ from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.clock import SystemClock
 from mqcore.errors import RemoteProtocolError
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
-from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns
 
 from .harness import TEST_STORE_CONFIG

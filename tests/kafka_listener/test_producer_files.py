@@ -27,9 +27,9 @@ from kafka_listener.producer_journal import (
 )
 from kafka_listener.producer_recovery import settle
 from mqcore.broker.broker import Broker
+from mqcore.format.body_crc import body_crc
+from mqcore.format.msgid import HostAddress, encode_host
 from mqcore.message import Message
-from mqcore.store.body_crc import body_crc
-from mqcore.store.msgid import HostAddress, encode_host
 
 from .harness import TEST_STORE_CONFIG
 

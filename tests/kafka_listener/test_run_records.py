@@ -22,10 +22,10 @@ from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.types import OutgoingMessage
 from mqcore.errors import MQError
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import encode_record
 from mqcore.message import Message
 from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT, CQ_UNIT_SIZE
-from mqcore.store.format import encode_record
-from mqcore.store.msgid import HostAddress
 from mqcore.store.record_views import RecordView
 
 from .harness import TEST_STORE_CONFIG

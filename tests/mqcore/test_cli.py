@@ -14,9 +14,9 @@ import pytest
 
 from mqcore import cli
 from mqcore.clock import FakeClock
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.msgid import HostAddress
 from tests.support.foreign_store import ForeignMessage, write_commitlog
 from tests.support.store_oracle import Oracle, run_cli
 

@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 
 from mqcore import message as message_module
+from mqcore.format import properties as P
+from mqcore.format.msgid import HostAddress, create_offset_msg_id
+from mqcore.format.properties import encode_properties
+from mqcore.format.record import decode_record, encode_record
 from mqcore.message import Message, MessageExt
-from mqcore.store import properties as P
-from mqcore.store.format import decode_record, encode_record
-from mqcore.store.msgid import HostAddress, create_offset_msg_id
-from mqcore.store.properties import encode_properties
 
 STORE = HostAddress("10.0.0.5", 10911)
 

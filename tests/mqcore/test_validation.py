@@ -6,7 +6,7 @@ import pytest
 
 from mqcore import validation
 from mqcore.errors import MessageIllegalError, ValidationError
-from mqcore.store import properties
+from mqcore.format import properties
 from mqcore.validation import (
     NOT_ALLOWED_SEND_TOPICS,
     validate_body,

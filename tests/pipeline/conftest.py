@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from mqcore.clock import FakeClock
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import DispatchRequest, decode_dispatch, decode_record
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.format import DispatchRequest, decode_dispatch, decode_record
-from mqcore.store.msgid import HostAddress
 from pipeline.columnar import message_row
 from tests.support.foreign_store import ForeignMessage, Written, write_commitlog
 

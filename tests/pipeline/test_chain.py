@@ -7,8 +7,8 @@ from array import array
 
 import pytest
 
-from mqcore.store.format import MIN_RECORD_SIZE, encode_blank, encode_record
-from mqcore.store.msgid import HostAddress
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import MIN_RECORD_SIZE, encode_blank, encode_record
 from pipeline.chain import _candidate_chain, _lane_chain, chain
 
 BASE = 3 << 30  # the chunk's absolute offset: guesses check PHYSICALOFFSET against it

@@ -8,9 +8,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from mqcore.store.format import encode_record
-from mqcore.store.msgid import HostAddress
-from mqcore.store.properties import encode_properties
+from mqcore.format.msgid import HostAddress
+from mqcore.format.properties import encode_properties
+from mqcore.format.record import encode_record
 from pipeline.columnar import Bounds, decode_chunk
 from pipeline.scan import scan_range
 from pipeline.schema import ARROW_SCHEMA

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from mqcore.store.properties import decode_properties_text
+from mqcore.format.properties import decode_properties_text
 from pipeline.fields import (
     Properties,
     hex_ids,

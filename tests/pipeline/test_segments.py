@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mqcore.store.format import encode_record
-from mqcore.store.msgid import HostAddress
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import encode_record
 from pipeline.chain import chain
 from pipeline.segments import (
     WalkState,

@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message, MessageExt
 from mqcore.store import GetStatus, MessageStore, PutResult
-from mqcore.store.msgid import HostAddress
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_TIME = (0, 2**62)

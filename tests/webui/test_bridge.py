@@ -15,8 +15,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import override_settings
 
 from mqcore.broker import Broker
-from mqcore.store.format import DispatchRequest
-from mqcore.store.msgid import HostAddress
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import DispatchRequest
 from tests.support.tokens import make_token
 from tests.webui.conftest import make_user, send
 from webui.bridge import bridge, event_from_dispatch, group_for_topic, publish

@@ -21,10 +21,10 @@ import pytest
 import redis
 from celery import Celery
 
+from mqcore.format.record import DispatchRequest
 from mqcore.message import Message
 from mqcore.services import inline
 from mqcore.store import GetStatus, MessageStore, StoreConfig
-from mqcore.store.format import DispatchRequest
 from mqcore.store.progress import Slot
 from tests.conftest import REPO
 from workers import events

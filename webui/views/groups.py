@@ -33,8 +33,8 @@ from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker, GroupInfo
 from mqcore.broker.copies import find as find_copy
 from mqcore.errors import MQError
+from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
 from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
-from mqcore.store.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
 from webui.access import (
     console_page,
     describable_groups,

@@ -31,8 +31,8 @@ from cairn import runtime
 from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import NotFoundError
+from mqcore.format.properties import is_system_property
 from mqcore.message import MessageExt
-from mqcore.store.properties import is_system_property
 from webui import access, search
 from webui.access import Refused, console_page, describable_topics, get_broker, may, require
 from webui.format import body_views

@@ -6,7 +6,7 @@ import pytest
 
 from mqcore.broker import Broker, NoPermissionError, OutgoingMessage, PullStatus
 from mqcore.errors import NotFoundError, ValidationError
-from mqcore.store.hashing import java_string_hash
+from mqcore.format.hashing import java_string_hash
 from tests.mqcore.broker.conftest import BrokerFactory
 
 

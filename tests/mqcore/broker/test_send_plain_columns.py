@@ -13,8 +13,8 @@ from mqcore.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.clock import FakeClock
 from mqcore.errors import MQError
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
-from mqcore.store.msgid import HostAddress
 from mqcore.store.plain_batch import PlainColumns
 from tests.mqcore.broker.conftest import NOW_MS, SMALL_BODIES_STORE
 from tests.mqcore.broker.test_send_plain import _comparable, _stored

@@ -19,10 +19,10 @@ from mqcore.errors import (
     MQError,
     StoreNotWritableError,
 )
+from mqcore.format.msgid import HostAddress
+from mqcore.format.properties import PROPERTY_UNIQ_KEY
 from mqcore.message import Message, MessageExt
 from mqcore.metadata.topics import SCHEDULE_TOPIC
-from mqcore.store.msgid import HostAddress
-from mqcore.store.properties import PROPERTY_UNIQ_KEY
 from tests.mqcore.broker.conftest import SMALL_BODIES_STORE, BrokerFactory
 
 HOST = HostAddress("10.1.2.3", 5555)

@@ -13,8 +13,8 @@ from mqcore.broker import (
     SendStatus,
 )
 from mqcore.errors import MessageIllegalError, NotFoundError, ValidationError
-from mqcore.store.hashing import java_string_hash
-from mqcore.store.msgid import HostAddress
+from mqcore.format.hashing import java_string_hash
+from mqcore.format.msgid import HostAddress
 from tests.mqcore.broker.conftest import SMALL_BODIES_STORE, BrokerFactory
 
 MSG = OutgoingMessage(b"payload")

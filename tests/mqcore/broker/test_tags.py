@@ -6,7 +6,7 @@ import pytest
 
 from mqcore.broker.tags import MATCH_ALL, parse_tag_expression
 from mqcore.errors import ValidationError
-from mqcore.store.hashing import java_string_hash
+from mqcore.format.hashing import java_string_hash
 
 
 @pytest.mark.parametrize("expression", [None, "", "  ", "*", " * "])

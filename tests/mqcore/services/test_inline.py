@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from mqcore.format.record import DispatchRequest
 from mqcore.message import Message
 from mqcore.services import inline, reput
 from mqcore.services.config import ServicesConfig
 from mqcore.store import MessageStore
-from mqcore.store.format import DispatchRequest
 from tests.mqcore.services.conftest import SMALL, put_many, reput_all
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from mqcore.clock import FakeClock
+from mqcore.format.record import DispatchRequest
 from mqcore.message import Message
 from mqcore.services import follow, reput
 from mqcore.store import MessageStore
 from mqcore.store.arrivals import Arrivals
-from mqcore.store.format import DispatchRequest
 from tests.mqcore.store.test_store_fast_paths import SMALL, T0, messages
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from mqcore.clock import FakeClock
+from mqcore.format.msgid import create_offset_msg_id
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.msgid import create_offset_msg_id
 from mqcore.store.results import BatchPutResults, PutResult, PutStatus
 
 T0 = 1_700_000_000_000

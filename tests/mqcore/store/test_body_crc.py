@@ -7,7 +7,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqcore.store.body_crc import BODY_CRC_MASK, body_crc, crc32
+from mqcore.format.body_crc import BODY_CRC_MASK, body_crc, crc32
 
 
 @given(st.binary(max_size=5000), st.integers(0, 0xFFFFFFFF))

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from mqcore.clock import FakeClock
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import DispatchRequest
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.commit_log import CommitLog
@@ -29,9 +31,7 @@ from mqcore.store.dispatch_scan import (
     dispatch_columns,
     scan_columns,
 )
-from mqcore.store.format import DispatchRequest
 from mqcore.store.key_column import FixedKeys, RaggedKeys
-from mqcore.store.msgid import HostAddress
 
 T0 = 1_700_000_000_000
 CONFIG = StoreConfig(commitlog_file_size=1024 * 1024)

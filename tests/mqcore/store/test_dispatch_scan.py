@@ -8,13 +8,13 @@ import random
 from pathlib import Path
 
 from mqcore.clock import FakeClock
+from mqcore.format.msgid import HostAddress
+from mqcore.format.properties import encode_properties
+from mqcore.format.record import DispatchRequest, decode_record
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.commit_log import CommitLog
 from mqcore.store.dispatch_scan import DispatchRow, dispatch_columns
-from mqcore.store.format import DispatchRequest, decode_record
-from mqcore.store.msgid import HostAddress
-from mqcore.store.properties import encode_properties
 
 T0 = 1_700_000_000_000
 SMALL = StoreConfig(

@@ -15,9 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqcore.errors import CorruptRecordError, MessageIllegalError, ValidationError
-from mqcore.message import MessageExt
-from mqcore.store import format as F
-from mqcore.store.format import (
+from mqcore.format import record as F
+from mqcore.format.hashing import java_string_hash, masked_crc32
+from mqcore.format.msgid import HostAddress, encode_host
+from mqcore.format.properties import decode_properties, encode_properties
+from mqcore.format.record import (
     Blank,
     Corrupt,
     DispatchRequest,
@@ -31,9 +33,7 @@ from mqcore.store.format import (
     parse_delay_levels,
     record_size,
 )
-from mqcore.store.hashing import java_string_hash, masked_crc32
-from mqcore.store.msgid import HostAddress, encode_host
-from mqcore.store.properties import decode_properties, encode_properties
+from mqcore.message import MessageExt
 
 BORN = HostAddress("192.168.0.10", 54321)
 STORE = HostAddress("10.0.0.5", 10911)

@@ -12,12 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqcore.errors import MessageIllegalError, ValidationError
-from mqcore.store import format as F
-from mqcore.store.format import (
+from mqcore.format import record as F
+from mqcore.format.msgid import HostAddress, encode_host
+from mqcore.format.properties import encode_properties
+from mqcore.format.record import (
     encode_record,
 )
-from mqcore.store.msgid import HostAddress, encode_host
-from mqcore.store.properties import encode_properties
 from tests.mqcore.store.test_format import _records, fields
 
 # --- encode_record_parts: the CommitLog writer's batch encoder ----------------------------------

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqcore.store.hashing import (
+from mqcore.format.hashing import (
     ascii_hash_u32,
     index_hash_array,
     index_hash_with_prefix,

@@ -12,13 +12,13 @@ import pytest
 
 from mqcore.clock import FakeClock
 from mqcore.errors import CorruptRecordError
+from mqcore.format.hashing import java_string_hash
+from mqcore.format.message_decode import decode_message
+from mqcore.format.msgid import HostAddress
+from mqcore.format.properties import encode_properties
+from mqcore.format.record import decode_record, encode_record
 from mqcore.message import Message
 from mqcore.store import GetStatus, MessageStore
-from mqcore.store.format import decode_record, encode_record
-from mqcore.store.hashing import java_string_hash
-from mqcore.store.message_decode import decode_message
-from mqcore.store.msgid import HostAddress
-from mqcore.store.properties import encode_properties
 from tests.mqcore.store.test_store_fast_paths import SMALL, T0
 
 HOSTS = [

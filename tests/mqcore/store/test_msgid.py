@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from mqcore.clock import FakeClock
 from mqcore.errors import ValidationError
-from mqcore.store.msgid import (
+from mqcore.format.msgid import (
     HostAddress,
     UniqKeyGenerator,
     choose_producer_ip,

@@ -11,13 +11,13 @@ import pytest
 
 from mqcore.clock import FakeClock
 from mqcore.errors import MessageIllegalError, ValidationError
+from mqcore.format.layout import SIZE_MAGIC
+from mqcore.format.msgid import HostAddress, UniqKeyGenerator, create_offset_msg_id
+from mqcore.format.properties import encode_properties
+from mqcore.format.record import BLANK_MAGIC_CODE, decode_record, encode_record
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.format import BLANK_MAGIC_CODE, decode_record, encode_record
 from mqcore.store.geometry import infer_geometry
-from mqcore.store.msgid import HostAddress, UniqKeyGenerator, create_offset_msg_id
-from mqcore.store.properties import encode_properties
-from mqcore.store.record_layout import SIZE_MAGIC
 from mqcore.store.results import PutStatus
 from mqcore.store.verify import check_store
 from tests.support.store_oracle import read_queue

@@ -14,10 +14,10 @@ import pytest
 
 from mqcore.clock import FakeClock
 from mqcore.errors import MessageIllegalError, ValidationError
+from mqcore.format.msgid import HostAddress, UniqKeyGenerator
 from mqcore.message import Message
 from mqcore.store import MessageStore
 from mqcore.store.keyed_grid import key_pairs
-from mqcore.store.msgid import HostAddress, UniqKeyGenerator
 from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
 from mqcore.store.plain_grid import MIN_GRID_RECORDS
 from mqcore.store.results import BatchPutResults, PutStatus

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqcore.errors import MessageIllegalError
-from mqcore.store import properties as P
-from mqcore.store.properties import decode_properties, encode_properties, split_keys
+from mqcore.format import properties as P
+from mqcore.format.properties import decode_properties, encode_properties, split_keys
 
 
 def test_constants_match_rocketmq_strings() -> None:

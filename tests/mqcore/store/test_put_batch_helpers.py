@@ -13,17 +13,17 @@ from hypothesis import strategies as st
 
 from mqcore.clock import FakeClock
 from mqcore.errors import MessageIllegalError
-from mqcore.message import Message
-from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.format import decode_record
-from mqcore.store.mapped_file import MappedFile
-from mqcore.store.msgid import (
+from mqcore.format.msgid import (
     HostAddress,
     UniqKeyGenerator,
     create_offset_msg_id,
     create_offset_msg_ids,
     encode_host,
 )
+from mqcore.format.record import decode_record
+from mqcore.message import Message
+from mqcore.store import MessageStore, StoreConfig
+from mqcore.store.mapped_file import MappedFile
 
 T0 = 1_700_000_000_000
 SMALL = StoreConfig(

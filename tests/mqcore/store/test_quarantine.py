@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from mqcore.clock import FakeClock
+from mqcore.format.record import DispatchRequest
 from mqcore.message import Message
 from mqcore.store import GetStatus, MessageStore, StoreConfig
 from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT, CQ_UNIT_SIZE
 from mqcore.store.dispatch_scan import dispatch_columns
-from mqcore.store.format import DispatchRequest
 from mqcore.store.health import StoreHealth
 from mqcore.store.quarantine import Quarantine
 from mqcore.store.record_search import SegmentFile

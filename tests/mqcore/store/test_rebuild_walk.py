@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from mqcore.errors import StoreError
+from mqcore.format.record import DispatchRequest
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig, rebuild_walk
 from mqcore.store.dispatch_scan import dispatch_columns
-from mqcore.store.format import DispatchRequest
 
 CONFIG = StoreConfig(commitlog_file_size=16 * 1024, consume_queue_file_entries=50)
 COUNT = 200

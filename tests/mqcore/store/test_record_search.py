@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import encode_blank, encode_record
 from mqcore.store import record_search
-from mqcore.store.format import encode_blank, encode_record
-from mqcore.store.msgid import HostAddress
 from mqcore.store.record_search import SegmentFile
 
 SIZE = 64 * 1024

@@ -10,9 +10,9 @@ import pytest
 
 from mqcore.clock import FakeClock
 from mqcore.errors import CorruptRecordError
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
 from mqcore.store import GetStatus, MessageStore
-from mqcore.store.msgid import HostAddress
 from mqcore.store.record_reader import RecordReader
 from tests.mqcore.store.test_store_fast_paths import SMALL, T0
 

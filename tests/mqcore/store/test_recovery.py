@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from mqcore.clock import FakeClock
+from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
 from mqcore.store.geometry import infer_geometry
-from mqcore.store.msgid import HostAddress
 from mqcore.store.verify import check_store
 from tests.support.foreign_store import ForeignMessage, write_commitlog
 from tests.support.store_oracle import (

@@ -18,11 +18,11 @@ import pytest
 
 from mqcore.clock import FakeClock
 from mqcore.errors import StoreLockedError, ValidationError
+from mqcore.format.hashing import java_string_hash
+from mqcore.format.msgid import HostAddress
+from mqcore.format.record import MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
 from mqcore.message import Message
 from mqcore.store import GetStatus, MessageStore, StoreConfig
-from mqcore.store.format import MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
-from mqcore.store.hashing import java_string_hash
-from mqcore.store.msgid import HostAddress
 from tests.support.store_oracle import (
     ALL_TIME,
     REPO,

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from mqcore.clock import FakeClock
+from mqcore.format.msgid import HostAddress
+from mqcore.format.properties import encode_properties
+from mqcore.format.record import DispatchRequest, decode_record, encode_record
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.format import DispatchRequest, decode_record, encode_record
-from mqcore.store.msgid import HostAddress
-from mqcore.store.properties import encode_properties
 
 T0 = 1_700_000_000_000
 SMALL = StoreConfig(

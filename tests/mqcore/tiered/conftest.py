@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from mqcore.clock import FakeClock
+from mqcore.format.record import Valid, check_record
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.format import Valid, check_record
 from mqcore.tiered import MemoryBackend, PosixBackend, SegmentBackend
 from mqcore.tiered.s3 import S3Backend
 from tests.support.redis_server import free_port, wait_for_port
