@@ -1,5 +1,5 @@
 """encode_record_parts, the CommitLog writer's batch encoder: same bytes and errors as
-encode_record (split from test_format.py, which holds the layout and decoder tests)."""
+encode_record (split from test_record.py, which holds the layout and decoder tests)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from mqcore.format.properties import encode_properties
 from mqcore.format.record import (
     encode_record,
 )
-from tests.mqcore.store.test_format import _records, fields
+from tests.mqcore.format.test_record import _records, fields
 
 # --- encode_record_parts: the CommitLog writer's batch encoder ----------------------------------
 
