@@ -183,6 +183,10 @@ class KafkaListener:
             raise RuntimeError("the listener is not started")
         return int(self._server.sockets[0].getsockname()[1])
 
+    def subjects(self) -> list[Subject]:
+        """Who each open connection acts as now (anonymous, certificate or SASL login)."""
+        return [client.decisions.subject for client in self._clients.values()]
+
     async def start(self) -> None:
         """Bind and start accepting. Raises OSError when the address is taken."""
         self._server = await asyncio.start_server(

@@ -178,4 +178,7 @@ def test_advertised_address_comes_from_the_environment(tmp_path: Path) -> None:
     assert (coordinator["host"], coordinator["port"]) == ("kafka.example.test", 19092)
     text = out.decode()
     assert proc.returncode == 0, text
-    assert f"127.0.0.1:{kafka_port} (plaintext, auth optional), advertised as kafka.example.test:19092" in text
+    assert (
+        f"127.0.0.1:{kafka_port} (plaintext, auth optional), advertised as kafka.example.test:19092"
+        in text
+    )
