@@ -182,3 +182,55 @@ def test_advertised_address_comes_from_the_environment(tmp_path: Path) -> None:
         f"127.0.0.1:{kafka_port} (plaintext, auth optional), advertised as kafka.example.test:19092"
         in text
     )
+
+
+def test_a_public_kafka_listener_without_auth_is_refused(tmp_path: Path) -> None:
+    # Refused before anything binds: nothing is ever sent to the wildcard address.
+    env = broker_env(
+        tmp_path, free_port(), free_port(), CAIRN_KAFKA_HOST="0.0.0.0", CAIRN_KAFKA_AUTH="optional"
+    )
+    proc = start_runbroker(env)
+    out, _ = proc.communicate(timeout=60)
+    text = out.decode()
+    assert proc.returncode != 0
+    assert "CAIRN_KAFKA_AUTH=optional would let anyone reaching 0.0.0.0" in text
+    assert "Traceback" not in text and len(text.strip().splitlines()) == 1
+
+
+def test_kafka_over_tls_from_the_certificate_settings(tmp_path: Path) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    from tests.support.certificates import TestCA
+
+    ca = TestCA(tmp_path / "ca")
+    files = ca.server("127.0.0.1")
+    http_port, kafka_port = free_port(), free_port()
+    env = broker_env(
+        tmp_path / "data",
+        http_port,
+        kafka_port,
+        CAIRN_TLS_CERT=str(files.cert),
+        CAIRN_TLS_KEY=str(files.key),
+        CAIRN_TLS_CA=str(ca.path),
+    )
+    proc = start_runbroker(env)
+    try:
+        wait_for_port(kafka_port, 60, proc)
+        bootstrap = f"127.0.0.1:{kafka_port}"
+        secure = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "security.protocol": "ssl",
+                "ssl.ca.location": str(ca.path),
+            }
+        )
+        assert secure.list_topics(timeout=20).brokers  # anonymous over TLS (optional on loopback)
+        plain = Producer({"bootstrap.servers": bootstrap})
+        with pytest.raises(KafkaException):
+            plain.list_topics(timeout=2)
+        del secure, plain
+        text = _read_until_kafka_line(proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert f"Kafka clients: 127.0.0.1:{kafka_port} (TLS, auth optional)" in text

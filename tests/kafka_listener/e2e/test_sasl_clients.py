@@ -245,6 +245,7 @@ except Exception as exc:
 """
 
 
+@pytest.mark.slow  # ~4 s each: a child process, librdkafka's retries
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
 def test_wrong_password_is_refused_by_every_client(
     security: Security, access: CountingAccess, mechanism: str
@@ -314,6 +315,7 @@ def test_client_certificate_cn_is_the_principal(tmp_path: Path, ca: TestCA) -> N
         del producer, other
 
 
+@pytest.mark.slow  # 3.5 s of producing across several session lifetimes
 @pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
 def test_clients_reauthenticate_within_the_session_lifetime(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, client: str
