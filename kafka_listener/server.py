@@ -147,6 +147,9 @@ class KafkaListener:
             (no users: only anonymous connections and client certificates of no one).
         ssl_context: a server context (``cairn.tls.kafka_ssl_context``): the port speaks
             TLS only. None: plaintext.
+        scram_fake_key: the secret unknown users' fake SCRAM salts are made from; give a
+            persistent one (runbroker derives it from the secret key) so an unknown name
+            gets the same salt across restarts, as a real user does. None: random.
     """
 
     def __init__(
@@ -157,6 +160,7 @@ class KafkaListener:
         *,
         access: AccessBackend | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        scram_fake_key: bytes | None = None,
     ):
         self.config = config
         versions = supported_versions()
@@ -167,8 +171,8 @@ class KafkaListener:
         if access is not None:
             self.ctx.access = access
         self.ssl_context = ssl_context
-        # Salts of unknown users' fake SCRAM exchanges (sasl.py): stable while running.
-        self._fake_key = secrets.token_bytes(32)
+        # Salts of unknown users' fake SCRAM exchanges (sasl.py).
+        self._fake_key = scram_fake_key or secrets.token_bytes(32)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None

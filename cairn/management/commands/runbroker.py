@@ -23,6 +23,7 @@ On a WebSocket message above ``webui.routing.MAX_MESSAGE_BYTES`` daphne drops th
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 import ssl
 import sys
@@ -210,7 +211,16 @@ class Command(BaseCommand):
         # The accounts store: the runtime's when it has one (the Django accounts app);
         # otherwise the listener's own empty one (no users: anonymous and certificates only).
         access = getattr(rt, "access", None)
-        listener = KafkaListener(rt.broker, config, access=access, ssl_context=ssl_context)
+        # Unknown users' fake SCRAM salts must not change across restarts (a real user's do
+        # not): made from the secret key, never equal to anything else derived from it.
+        fake_key = hashlib.sha256(b"cairn.kafka.scram-fake-salt\0" + settings.SECRET_KEY.encode())
+        listener = KafkaListener(
+            rt.broker,
+            config,
+            access=access,
+            ssl_context=ssl_context,
+            scram_fake_key=fake_key.digest(),
+        )
 
         def failed(failure: Any) -> None:
             # Not fatal: HTTP keeps serving (the Kafka port is an extra, on by default, and
