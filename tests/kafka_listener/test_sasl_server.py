@@ -4,6 +4,7 @@ tokens, and KIP-368 session lifetimes on a fake clock."""
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 from kafka_listener.errors import ErrorCode
 from kafka_listener.handlers import ListenerConfig
 from kafka_listener.schemas import ApiKey
-from mqcore.access.backend import StaticAccess
+from mqcore.access.authorizer import Subject
+from mqcore.access.backend import LoginRefused, StaticAccess
 from mqcore.clock import FakeClock
 from tests.mqcore.access.test_scram import client_final
 
@@ -272,3 +274,52 @@ def test_none_offers_no_sasl(tmp_path: Path) -> None:
         client.send(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
         assert client.closed_by_server()
         client.close()
+
+
+class RecordingAccess(StaticAccess):
+    """StaticAccess that keeps what each login call was told (no secrets)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.calls: list[tuple[str, str, str, str]] = []
+
+    def authenticate_password(
+        self, username: str, secret: str, host: str, front_end: str
+    ) -> Subject | LoginRefused:
+        self.calls.append(("password", username, host, front_end))
+        return super().authenticate_password(username, secret, host, front_end)
+
+    def login_finished(
+        self, username: str, host: str, front_end: str, succeeded: bool, mechanism: str
+    ) -> Subject | LoginRefused:
+        self.calls.append((f"finished {mechanism} {succeeded}", username, host, front_end))
+        return super().login_finished(username, host, front_end, succeeded, mechanism)
+
+
+def test_logins_reach_the_backend_with_address_and_front_end(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    access = RecordingAccess(users=USERS, locked={"bob"})
+    caplog.set_level(logging.INFO, logger="kafka_listener")
+    config = ListenerConfig(port=0, auth="required")
+    with RunningListener(tmp_path, config, access=access) as running:
+        for login in (
+            lambda c: plain_login(c, "alice", "secret-guess"),
+            lambda c: scram_login(c, "SCRAM-SHA-256", "alice", "alice-pw")[0],
+            lambda c: scram_login(c, "SCRAM-SHA-512", "alice", "wrong-guess")[0],
+        ):
+            client = Client(running.port)
+            login(client)
+            client.close()
+        locked = Client(running.port)  # locked out: refused before any secret is looked at
+        assert plain_login(locked, "bob", "bob-pw")["error_code"] == 58
+        locked.close()
+    assert access.calls == [
+        ("password", "alice", "127.0.0.1", "kafka"),
+        ("finished SCRAM-SHA-256 True", "alice", "127.0.0.1", "kafka"),
+        ("finished SCRAM-SHA-512 False", "alice", "127.0.0.1", "kafka"),
+    ]
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 3 and all("127.0.0.1" in r for r in refusals)
+    assert "locked out" in refusals[-1]
+    assert not any("guess" in r.getMessage() for r in caplog.records)  # no secret in the log

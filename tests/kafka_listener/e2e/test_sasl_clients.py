@@ -27,6 +27,7 @@ from confluent_kafka import TopicPartition as RdPartition
 
 from cairn import tls
 from kafka_listener.handlers import ListenerConfig
+from kafka_listener.schemas import ApiKey
 from mqcore.access.authorizer import Subject
 from mqcore.access.backend import LoginRefused, StaticAccess
 from tests.support.certificates import TestCA
@@ -348,3 +349,19 @@ def test_clients_reauthenticate_within_the_session_lifetime(
         eventually(lambda: running.broker.store.max_offset(topic, 0) == sent, what="all stored")  # type: ignore[union-attr]
     assert "expired" not in caplog.text  # nobody was cut off for not re-authenticating
     assert access.logins >= 4  # first logins, then about one a second
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_v0_handshakes_with_bare_tokens(tmp_path: Path, mechanism: str) -> None:
+    # Offered only SaslHandshake v0 (as brokers before Kafka 1.0), kafka-python and aiokafka
+    # send their SASL tokens bare, without Kafka headers.
+    with _listener(tmp_path, CountingAccess(users=USERS), None) as running:
+        assert running.listener is not None
+        running.listener.ctx.versions[ApiKey.SASL_HANDSHAKE] = (0, 0)
+        security = Security(running, False, tmp_path)
+        topic = new_topic(running)
+        conf = security.kafka_python(mechanism, "alice", "alice-pw")
+        assert kafka_python_roundtrip(conf, topic) == [b"over kafka-python"]
+        conf = security.aiokafka(mechanism, "alice", "alice-pw")
+        got = asyncio.run(asyncio.wait_for(aiokafka_roundtrip(conf, new_topic(running)), 60))
+        assert got == [b"over aiokafka"]
