@@ -365,3 +365,33 @@ def test_v0_handshakes_with_bare_tokens(tmp_path: Path, mechanism: str) -> None:
         conf = security.aiokafka(mechanism, "alice", "alice-pw")
         got = asyncio.run(asyncio.wait_for(aiokafka_roundtrip(conf, new_topic(running)), 60))
         assert got == [b"over aiokafka"]
+
+
+@pytest.mark.slow  # waits out a session lifetime
+def test_a_client_without_reauthentication_is_cut_off_and_reconnects(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # aiokafka does not implement KIP-368: its expired connection is closed at its next
+    # request (logged), and its retry logs in again on a new one.
+    access = CountingAccess(users=USERS)
+    caplog.set_level(logging.INFO, logger="kafka_listener")
+    with _listener(tmp_path, access, None, reauth_ms=1000) as running:
+        topic = new_topic(running)
+        conf = Security(running, False, tmp_path).aiokafka("PLAIN", "alice", "alice-pw")
+
+        async def produce_twice() -> None:
+            producer = AIOKafkaProducer(**conf, retry_backoff_ms=50)
+            await producer.start()
+            try:
+                await producer.send_and_wait(topic, b"first")
+                await asyncio.sleep(1.5)
+                await producer.send_and_wait(topic, b"after expiry")
+            finally:
+                await producer.stop()
+
+        logins = access.logins
+        asyncio.run(asyncio.wait_for(produce_twice(), 60))
+        assert running.broker is not None
+        assert running.broker.store.max_offset(topic, 0) == 2
+    assert "SASL session expired without re-authentication" in caplog.text
+    assert access.logins > logins + 1
