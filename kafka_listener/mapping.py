@@ -135,19 +135,24 @@ def to_store_group(group_id: str) -> str | None:
     or longer than 120 characters once escaped)."""
     if not group_id:
         return None
-    if all(ch in _GROUP_SAFE for ch in group_id):
-        name = group_id
-    else:
-        parts = []
-        for ch in group_id:
-            if ch in _GROUP_SAFE:
-                parts.append(ch)
-            elif ch == ".":
-                parts.append("|")
-            else:
-                parts.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
-        name = "".join(parts)
+    name = escape_group(group_id)
     return name if len(name) <= MAX_GROUP_LENGTH else None
+
+
+def escape_group(group_id: str) -> str:
+    """``group_id`` escaped as store group names are, whatever its length. Character by
+    character, so the escape of a prefix is a prefix of the escape (ACL name prefixes)."""
+    if all(ch in _GROUP_SAFE for ch in group_id):
+        return group_id
+    parts = []
+    for ch in group_id:
+        if ch in _GROUP_SAFE:
+            parts.append(ch)
+        elif ch == ".":
+            parts.append("|")
+        else:
+            parts.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+    return "".join(parts)
 
 
 def from_store_group(name: str) -> str | None:

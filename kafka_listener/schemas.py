@@ -50,6 +50,9 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -524,6 +527,83 @@ CREATE_PARTITIONS = _api(ApiKey.CREATE_PARTITIONS, (0, 1), 2, [
     ]),
 ])  # fmt: skip
 
+# -- ACL APIs (29-31): Kafka's own ACL administration (handlers/acls.py) -----------------
+# Schemas of v0-3 (v1 adds pattern types, KIP-290; v2 is flexible; v3 only adds the USER
+# resource type); v0-1 advertised: kafka-python 3.0 (which knows 1-3), librdkafka and
+# kafkajs all send v1 then.
+
+DESCRIBE_ACLS = _api(ApiKey.DESCRIBE_ACLS, (0, 3), 2, [
+    f("resource_type_filter", "int8"),
+    f("resource_name_filter", "string", nullable="0+"),
+    f("pattern_type_filter", "int8", "1+", default=3),
+    f("principal_filter", "string", nullable="0+"),
+    f("host_filter", "string", nullable="0+"),
+    f("operation", "int8"),
+    f("permission_type", "int8"),
+], [
+    f(_THROTTLE, "int32"),
+    f("error_code", "int16"),
+    f("error_message", "string", nullable="0+", default=None),
+    array("resources", [
+        f("resource_type", "int8"),
+        f("resource_name", "string"),
+        f("pattern_type", "int8", "1+", default=3),
+        array("acls", [
+            f("principal", "string"),
+            f("host", "string"),
+            f("operation", "int8"),
+            f("permission_type", "int8"),
+        ]),
+    ]),
+])  # fmt: skip
+
+CREATE_ACLS = _api(ApiKey.CREATE_ACLS, (0, 3), 2, [
+    array("creations", [
+        f("resource_type", "int8"),
+        f("resource_name", "string"),
+        f("resource_pattern_type", "int8", "1+", default=3),
+        f("principal", "string"),
+        f("host", "string"),
+        f("operation", "int8"),
+        f("permission_type", "int8"),
+    ]),
+], [
+    f(_THROTTLE, "int32"),
+    array("results", [
+        f("error_code", "int16"),
+        f("error_message", "string", nullable="0+", default=None),
+    ]),
+])  # fmt: skip
+
+DELETE_ACLS = _api(ApiKey.DELETE_ACLS, (0, 3), 2, [
+    array("filters", [
+        f("resource_type_filter", "int8"),
+        f("resource_name_filter", "string", nullable="0+"),
+        f("pattern_type_filter", "int8", "1+", default=3),
+        f("principal_filter", "string", nullable="0+"),
+        f("host_filter", "string", nullable="0+"),
+        f("operation", "int8"),
+        f("permission_type", "int8"),
+    ]),
+], [
+    f(_THROTTLE, "int32"),
+    array("filter_results", [
+        f("error_code", "int16"),
+        f("error_message", "string", nullable="0+", default=None),
+        array("matching_acls", [
+            f("error_code", "int16"),
+            f("error_message", "string", nullable="0+", default=None),
+            f("resource_type", "int8"),
+            f("resource_name", "string"),
+            f("pattern_type", "int8", "1+", default=3),
+            f("principal", "string"),
+            f("host", "string"),
+            f("operation", "int8"),
+            f("permission_type", "int8"),
+        ]),
+    ]),
+])  # fmt: skip
+
 SCHEMAS: dict[int, ApiSchema] = {
     s.api_key: s
     for s in (
@@ -531,6 +611,7 @@ SCHEMAS: dict[int, ApiSchema] = {
         FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS,
         LIST_GROUPS, SASL_HANDSHAKE, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
         INIT_PRODUCER_ID, DESCRIBE_CONFIGS, SASL_AUTHENTICATE, CREATE_PARTITIONS,
+        DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS,
     )
 }  # fmt: skip
 
@@ -557,6 +638,10 @@ API_VERSIONS_TABLE: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (0, 2),
     ApiKey.SASL_AUTHENTICATE: (0, 2),  # issue 18: v2 (flexible) too
     ApiKey.CREATE_PARTITIONS: (0, 1),
+    # ACL administration (section 2.1's ACL rows): v1 is what every client sends.
+    ApiKey.DESCRIBE_ACLS: (0, 1),
+    ApiKey.CREATE_ACLS: (0, 1),
+    ApiKey.DELETE_ACLS: (0, 1),
 }
 OPTIONAL_APIS: frozenset[int] = frozenset(
     {ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.CREATE_PARTITIONS}

@@ -52,6 +52,7 @@ import ssl
 
 from mqcore.access.authorizer import CachedDecisions, Subject
 from mqcore.access.backend import AccessBackend
+from mqcore.access.model import WILDCARD
 from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import RemoteProtocolError
@@ -180,6 +181,12 @@ class KafkaListener:
         self.budget = BufferBudget(config.max_buffered_bytes)
         self._clients: dict[Flow, _Client] = {}
 
+    def anonymous_subject(self, peer: HostAddress | None) -> Subject:
+        """Who an unauthenticated connection from ``peer`` is: ``User:ANONYMOUS`` with
+        ``ListenerConfig.anonymous_role`` (empty: no role, ACL entries only)."""
+        host = peer.ip if peer is not None else WILDCARD
+        return Subject(None, self.config.anonymous_role or None, host, "kafka")
+
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
@@ -287,9 +294,9 @@ class KafkaListener:
 
     async def _session(self, writer: asyncio.StreamWriter, peer: HostAddress | None) -> SaslSession:
         """A new connection's session: anonymous, or a verified client certificate's user."""
-        host = peer.ip if peer is not None else ""
+        host = peer.ip if peer is not None else WILDCARD
         config = self.config
-        anonymous = Subject(None, config.anonymous_role or None, host, login.FRONT_END)
+        anonymous = self.anonymous_subject(peer)
         certified = None
         if self.ssl_context is not None:
             name = login.common_name(writer.get_extra_info("peercert"))

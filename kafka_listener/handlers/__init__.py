@@ -28,7 +28,14 @@ module              APIs                    over
                     Sync, Heartbeat, Leave,
                     OffsetCommit/Fetch,
                     Describe/ListGroups
+``acls``            Describe/Create/        the accounts store (``ctx.access``)
+                    DeleteAcls
 ==================  ======================  =============================================
+
+Authorization (``authz.py``): every handler checks the connection's subject with
+:meth:`Call.check` before it acts, with Kafka's operations and error codes (Produce
+WRITE topic, Fetch READ topic, Metadata lists only topics the subject may DESCRIBE, group
+APIs READ group, admin APIs CREATE/DELETE/ALTER, ...); changes are audited there too.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..schemas import API_VERSIONS_TABLE, ApiKey
-from . import fetch, groups, produce, topics
+from . import acls, fetch, groups, produce, topics
 from .context import Call, KafkaContext, Later, ListenerConfig
 
 Handler = Callable[[KafkaContext, Call], Awaitable[dict[str, Any] | Later | None]]
@@ -62,6 +69,10 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.INIT_PRODUCER_ID: produce.init_producer_id,
     ApiKey.DESCRIBE_CONFIGS: topics.describe_configs,
     ApiKey.CREATE_PARTITIONS: topics.create_partitions,
+    # Kafka's ACL administration (issue 18).
+    ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+    ApiKey.CREATE_ACLS: acls.create_acls,
+    ApiKey.DELETE_ACLS: acls.delete_acls,
 }
 
 

@@ -33,12 +33,13 @@ again. ``min_bytes`` is treated as "any data" (clients send 1).
 Fetch sessions are never created (``session_id`` 0): clients keep sending full fetches.
 ``high_watermark`` = ``last_stable_offset`` = the queue's max offset (no transactions);
 ``log_start_offset`` = its min offset. An offset outside [min, max] → OFFSET_OUT_OF_RANGE.
+A topic the connection may not READ → TOPIC_AUTHORIZATION_FAILED for its partitions.
 
 ListOffsets: -1 → the queue's max offset, -2 → its min offset, a timestamp → the first
 offset whose record timestamp (born timestamp: Kafka's CreateTime) is at or after it,
 found by binary search over the queue (born timestamps are taken as non-decreasing,
 which holds for one producer's records; Kafka's running-maximum index gives the same
-answer then), or -1 when there is none.
+answer then), or -1 when there is none. Needs DESCRIBE on the topic (else 29).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mqcore.access.model import Operation
 from mqcore.broker.broker import Broker
 from mqcore.broker.types import PullStatus
 from mqcore.errors import MQError, NotFoundError, ValidationError
@@ -60,6 +62,7 @@ from ..read_ahead import ReadAhead
 from ..records import encode_batch
 from ..store_runs import read_run
 from ..view_records import ViewBatch
+from .authz import topic_resource
 from .context import Call, KafkaContext
 from .topics import kafka_topic
 
@@ -83,6 +86,7 @@ class _Part:
     partition: int
     offset: int
     max_bytes: int
+    refused: int = 0  # TOPIC_AUTHORIZATION_FAILED: the connection may not READ the topic
     error: int = 0
     high_watermark: int = -1
     log_start: int = -1
@@ -108,6 +112,9 @@ def _read(
     ahead: ReadAhead[_Local] | None = None,
 ) -> None:
     """Read one partition into ``part`` (records bounded by ``budget`` bytes)."""
+    if part.refused:
+        part.error = part.refused
+        return
     if part.store_topic is None:
         part.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return
@@ -343,9 +350,9 @@ def _read_all(ctx: KafkaContext, parts: list[_Part], max_bytes: int, version: in
 
 
 def _parse_and_read(
-    ctx: KafkaContext, request: dict[str, Any], max_bytes: int, version: int
+    ctx: KafkaContext, call: Call, max_bytes: int, version: int
 ) -> tuple[list[_Part], int]:
-    parts = _parse(ctx, request)
+    parts = _parse(ctx, call)
     return parts, _read_all(ctx, parts, max_bytes, version)
 
 
@@ -354,18 +361,31 @@ def _store_topic(broker: Broker, name: str) -> str | None:
     return info.name if info is not None else None
 
 
-def _parse(ctx: KafkaContext, request: dict[str, Any]) -> list[_Part]:
+def _refusal(ctx: KafkaContext, call: Call, name: str, operation: Operation) -> int:
+    """TOPIC_AUTHORIZATION_FAILED when the connection may not do ``operation`` on topic
+    ``name`` (checked before the topic's existence, as Kafka does), else 0."""
+    if mapping.kafka_topic_error(name) is not None:
+        return 0  # not a topic name: answered UNKNOWN_TOPIC_OR_PARTITION
+    if call.check(ctx, operation, topic_resource(name)):
+        return 0
+    return int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+def _parse(ctx: KafkaContext, call: Call) -> list[_Part]:
     parts: list[_Part] = []
-    for topic in request["topics"]:
-        store_topic = _store_topic(ctx.broker, topic["topic"])
+    for topic in call.request["topics"]:
+        name = topic["topic"]
+        refused = _refusal(ctx, call, name, Operation.READ)
+        store_topic = None if refused else _store_topic(ctx.broker, name)
         for p in topic["partitions"]:
             parts.append(
                 _Part(
-                    topic["topic"],
+                    name,
                     store_topic,
                     p["partition"],
                     p["fetch_offset"],
                     p["partition_max_bytes"],
+                    refused,
                 )
             )
     return parts
@@ -376,7 +396,7 @@ async def fetch(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     request = call.request
     max_bytes = max(1, request["max_bytes"])
     version = call.api_version
-    parts, found = await asyncio.to_thread(_parse_and_read, ctx, request, max_bytes, version)
+    parts, found = await asyncio.to_thread(_parse_and_read, ctx, call, max_bytes, version)
     wait_ms = request["max_wait_ms"]
     errors = any(p.error for p in parts)
     if found == 0 and not errors and wait_ms > 0 and request["min_bytes"] > 0:
@@ -451,13 +471,17 @@ def offset_for_timestamp(
     return lo, found
 
 
-def _list_one(broker: Broker, store_topic: str | None, partition: int, ts: int) -> dict[str, Any]:
+def _list_one(
+    broker: Broker, store_topic: str | None, partition: int, ts: int, refused: int = 0
+) -> dict[str, Any]:
     reply: dict[str, Any] = {
         "partition_index": partition,
-        "error_code": 0,
+        "error_code": refused,
         "timestamp": -1,
         "offset": -1,
     }
+    if refused:
+        return reply
     if store_topic is None:
         reply["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return reply
@@ -483,12 +507,13 @@ def _list_one(broker: Broker, store_topic: str | None, partition: int, ts: int) 
     return reply
 
 
-def _list_all(ctx: KafkaContext, request: dict[str, Any]) -> list[dict[str, Any]]:
+def _list_all(ctx: KafkaContext, call: Call) -> list[dict[str, Any]]:
     topics = []
-    for topic in request["topics"]:
-        store_topic = _store_topic(ctx.broker, topic["name"])
+    for topic in call.request["topics"]:
+        refused = _refusal(ctx, call, topic["name"], Operation.DESCRIBE)
+        store_topic = None if refused else _store_topic(ctx.broker, topic["name"])
         partitions = [
-            _list_one(ctx.broker, store_topic, p["partition_index"], p["timestamp"])
+            _list_one(ctx.broker, store_topic, p["partition_index"], p["timestamp"], refused)
             for p in topic["partitions"]
         ]
         topics.append({"name": topic["name"], "partitions": partitions})
@@ -497,5 +522,5 @@ def _list_all(ctx: KafkaContext, request: dict[str, Any]) -> list[dict[str, Any]
 
 async def list_offsets(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     """Offsets for -1 (latest), -2 (earliest) or a timestamp, per partition."""
-    topics = await asyncio.to_thread(_list_all, ctx, call.request)
+    topics = await asyncio.to_thread(_list_all, ctx, call)
     return {"throttle_time_ms": 0, "topics": topics}

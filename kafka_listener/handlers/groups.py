@@ -8,6 +8,18 @@ are the broker's (``consumerOffset.json``, group names escaped by
 ``mapping.to_store_group``); commit metadata has no slot there and is kept in memory.
 OffsetFetch for an unknown group or partition answers offset -1 without error (clients
 then apply ``auto.offset.reset``).
+
+Authorization (Kafka's table): FindCoordinator and DescribeGroups need DESCRIBE on the
+group; JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit READ on it
+(GROUP_AUTHORIZATION_FAILED, 30), commits also READ on each topic (29); OffsetFetch
+DESCRIBE on the group and on each topic (an all-topics fetch leaves out the others);
+ListGroups lists every group for DESCRIBE on the cluster, else the groups the connection
+may DESCRIBE. Audited as ``group.offsets.commit`` (store names, offsets before and after):
+commits that move a group backwards on some partition, and commits made from outside the
+membership of a group consumers have joined (generation -1 while the group is empty: a
+tool resetting its offsets; the coordinator forgets groups at a restart). The routine
+commits, members' and standalone (``assign()``) consumers' moving forward, are counted
+(``offset.commit``).
 """
 
 from __future__ import annotations
@@ -15,11 +27,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mqcore.access.model import Operation, Resource
 from mqcore.errors import MQError, NotFoundError, ValidationError
 
 from .. import mapping
 from ..coordinator import JoinRequest
 from ..errors import ErrorCode, error_code_for
+from .authz import AUTHORIZATION_FAILED, CLUSTER, audit, group_resource, topic_resource
 from .context import Call, KafkaContext
 from .topics import kafka_topic
 
@@ -59,17 +73,32 @@ async def find_coordinator(ctx: KafkaContext, call: Call) -> dict[str, Any]:
         )
     elif not call.request["key"]:
         reply.update(error_code=int(ErrorCode.INVALID_GROUP_ID), node_id=-1, host="", port=-1)
+    elif not call.check(ctx, Operation.DESCRIBE, group_resource(call.request["key"])):
+        reply.update(
+            error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+            error_message=AUTHORIZATION_FAILED,
+            node_id=-1,
+            host="",
+            port=-1,
+        )
     return reply
+
+
+def _may_read_group(ctx: KafkaContext, call: Call) -> bool:
+    """READ on the request's group: what membership and commits need."""
+    return bool(call.check(ctx, Operation.READ, group_resource(call.request["group_id"])))
 
 
 async def join_group(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     r = call.request
     loop = asyncio.get_running_loop()
     future: asyncio.Future[dict[str, Any]] = loop.create_future()
-    if mapping.to_store_group(r["group_id"]) is None:
+    invalid = mapping.to_store_group(r["group_id"]) is None
+    if invalid or not _may_read_group(ctx, call):
+        code = ErrorCode.INVALID_GROUP_ID if invalid else ErrorCode.GROUP_AUTHORIZATION_FAILED
         future.set_result(
             {
-                "error_code": int(ErrorCode.INVALID_GROUP_ID),
+                "error_code": int(code),
                 "generation_id": -1,
                 "protocol_name": "",
                 "leader": "",
@@ -100,6 +129,9 @@ async def join_group(ctx: KafkaContext, call: Call) -> dict[str, Any]:
 
 async def sync_group(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     r = call.request
+    if not _may_read_group(ctx, call):
+        code = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        return {"throttle_time_ms": 0, "error_code": code, "assignment": b""}
     future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
     assignments = {a["member_id"]: a["assignment"] for a in r["assignments"]}
     ctx.coordinator.sync(
@@ -116,6 +148,8 @@ async def sync_group(ctx: KafkaContext, call: Call) -> dict[str, Any]:
 
 async def heartbeat(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     r = call.request
+    if not _may_read_group(ctx, call):
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED)}
     code = ctx.coordinator.heartbeat(
         r["group_id"], r["generation_id"], r["member_id"], r["group_instance_id"]
     )
@@ -123,6 +157,8 @@ async def heartbeat(ctx: KafkaContext, call: Call) -> dict[str, Any]:
 
 
 async def leave_group(ctx: KafkaContext, call: Call) -> dict[str, Any]:
+    if not _may_read_group(ctx, call):
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED)}
     code = ctx.coordinator.leave(call.request["group_id"], call.request["member_id"])
     return {"throttle_time_ms": 0, "error_code": int(code)}
 
@@ -158,49 +194,109 @@ def _commit_one(
     return 0
 
 
-def _commit_all(ctx: KafkaContext, request: dict[str, Any], code: int) -> list[dict[str, Any]]:
+def _commit_all(ctx: KafkaContext, call: Call, code: int, outsider: bool) -> list[dict[str, Any]]:
+    request = call.request
     group = request["group_id"]
     store_group = mapping.to_store_group(group)
     if store_group is None:
         code = ErrorCode.INVALID_GROUP_ID
+    before = ctx.broker.get_offsets(store_group) if store_group and not code else {}
+    done: list[tuple[str, int, int]] = []  # (store topic, queue id, offset) committed
     topics = []
     for topic in request["topics"]:
+        name = topic["name"]
+        refused = code or _topic_refusal(ctx, call, name, Operation.READ)
         partitions = []
         for part in topic["partitions"]:
-            error = code or _commit_one(ctx, group, store_group or "", topic["name"], part)
+            error = refused or _commit_one(ctx, group, store_group or "", name, part)
+            if not error:
+                done.append((mapping.to_store_topic(name), part["partition_index"],
+                             part["committed_offset"]))  # fmt: skip
             partitions.append(
                 {"partition_index": part["partition_index"], "error_code": int(error)}
             )
-        topics.append({"name": topic["name"], "partitions": partitions})
+        topics.append({"name": name, "partitions": partitions})
+    if done and store_group is not None:
+        _audit_commit(ctx, call, store_group, before, done, outsider)
     return topics
 
 
+def _audit_commit(
+    ctx: KafkaContext,
+    call: Call,
+    store_group: str,
+    before: dict[str, dict[int, int]],
+    done: list[tuple[str, int, int]],
+    outsider: bool,
+) -> None:
+    """Audit a commit that moves the group backwards on some queue, or an ``outsider``'s
+    (module docstring); count the routine ones (a consumer's commits, every few seconds,
+    would bury the log)."""
+    old = [before.get(topic, {}).get(queue) for topic, queue, _ in done]
+    backwards = any(o is not None and new < o for o, (_, _, new) in zip(old, done, strict=True))
+    if not outsider and not backwards:
+        ctx.access.count(call.subject, "offset.commit")
+        return
+    audit(
+        ctx,
+        call,
+        "group.offsets.commit",
+        "group",
+        store_group,
+        old=[
+            {"topic": t, "queue_id": q, "offset": o} for (t, q, _), o in zip(done, old, strict=True)
+        ],
+        new=[{"topic": t, "queue_id": q, "offset": n} for t, q, n in done],
+    )
+
+
+def _topic_refusal(ctx: KafkaContext, call: Call, name: str, operation: Operation) -> int:
+    """TOPIC_AUTHORIZATION_FAILED when the connection may not do ``operation`` on the
+    topic ``name`` (a valid name), else 0."""
+    if mapping.kafka_topic_error(name) is not None:
+        return 0  # answered UNKNOWN_TOPIC_OR_PARTITION
+    if call.check(ctx, operation, topic_resource(name)):
+        return 0
+    return int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
 async def offset_commit(ctx: KafkaContext, call: Call) -> dict[str, Any]:
-    """Check the member and generation (section 4.6), then commit each partition."""
+    """Check READ on the group, the member and generation (section 4.6), then READ on
+    each topic and commit each partition."""
     r = call.request
-    code = int(ctx.coordinator.check_commit(r["group_id"], r["generation_id"], r["member_id"]))
-    topics = await asyncio.to_thread(_commit_all, ctx, r, code)
+    if not _may_read_group(ctx, call):
+        code = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    else:
+        code = int(ctx.coordinator.check_commit(r["group_id"], r["generation_id"], r["member_id"]))
+    # Not a member's commit, to a group consumers have joined since the broker started.
+    known = r["group_id"] in ctx.coordinator.groups
+    outsider = r["generation_id"] < 0 and not r["member_id"] and known
+    topics = await asyncio.to_thread(_commit_all, ctx, call, code, outsider)
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _fetch_offsets(ctx: KafkaContext, request: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+def _fetch_offsets(ctx: KafkaContext, call: Call) -> tuple[int, list[dict[str, Any]]]:
+    request = call.request
     group = request["group_id"]
     store_group = mapping.to_store_group(group)
     if store_group is None:
         return ErrorCode.INVALID_GROUP_ID, []
+    if not call.check(ctx, Operation.DESCRIBE, group_resource(group)):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     committed = ctx.broker.get_offsets(store_group)
     wanted: list[tuple[str, list[int]]]
-    if request["topics"] is None:
+    if request["topics"] is None:  # all: only the topics the connection may describe
         wanted = []
         for store_topic, offsets in sorted(committed.items()):
             name = mapping.from_store_topic(store_topic)
-            if name is not None:
+            if name is not None and not _topic_refusal(ctx, call, name, Operation.DESCRIBE):
                 wanted.append((name, sorted(offsets)))
     else:
         wanted = [(t["name"], t["partition_indexes"]) for t in request["topics"]]
     topics = []
     for name, partitions in wanted:
-        offsets = committed.get(mapping.to_store_topic(name), {})
+        refused = _topic_refusal(ctx, call, name, Operation.DESCRIBE)
+        offsets = {} if refused else committed.get(mapping.to_store_topic(name), {})
         topics.append(
             {
                 "name": name,
@@ -211,7 +307,7 @@ def _fetch_offsets(ctx: KafkaContext, request: dict[str, Any]) -> tuple[int, lis
                         "metadata": ctx.commit_metadata.get((group, name, p), "")
                         if p in offsets
                         else "",
-                        "error_code": 0,
+                        "error_code": refused,
                     }
                     for p in partitions
                 ],
@@ -221,7 +317,7 @@ def _fetch_offsets(ctx: KafkaContext, request: dict[str, Any]) -> tuple[int, lis
 
 
 async def offset_fetch(ctx: KafkaContext, call: Call) -> dict[str, Any]:
-    code, topics = await asyncio.to_thread(_fetch_offsets, ctx, call.request)
+    code, topics = await asyncio.to_thread(_fetch_offsets, ctx, call)
     if code and call.request["topics"]:
         topics = [
             {
@@ -252,13 +348,44 @@ def _has_offsets(ctx: KafkaContext, group: str) -> bool:
 async def describe_groups(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     """The coordinator's view; a group known only by its committed offsets is Empty."""
     groups = []
+    include_operations = call.request["include_authorized_operations"]
     for group_id in call.request["groups"]:
+        resource = group_resource(group_id)
+        if not call.check(ctx, Operation.DESCRIBE, resource):
+            groups.append(_refused_group(group_id))
+            continue
         entry = ctx.coordinator.describe(group_id)
         if entry["group_state"] == "Dead" and await asyncio.to_thread(_has_offsets, ctx, group_id):
             entry["group_state"] = "Empty"
-        entry["authorized_operations"] = -(2**31)
+        entry["authorized_operations"] = (
+            _operations_bits(ctx, call, resource) if include_operations else -(2**31)
+        )
         groups.append(entry)
     return {"throttle_time_ms": 0, "groups": groups}
+
+
+_GROUP_OPERATIONS = (Operation.READ, Operation.DESCRIBE, Operation.DELETE)  # Kafka's
+
+
+def _operations_bits(ctx: KafkaContext, call: Call, resource: Resource) -> int:
+    """KIP-430's ``authorized_operations``: bit ``1 << code`` per operation allowed."""
+    bits = 0
+    for operation in _GROUP_OPERATIONS:
+        if call.check(ctx, operation, resource):
+            bits |= 1 << int(operation)
+    return bits
+
+
+def _refused_group(group_id: str) -> dict[str, Any]:
+    return {
+        "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+        "group_id": group_id,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+        "authorized_operations": -(2**31),
+    }
 
 
 def _stored_groups(ctx: KafkaContext) -> list[str]:
@@ -275,6 +402,12 @@ async def list_groups(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     listed = {gid: ptype for gid, ptype, _ in ctx.coordinator.list_groups()}
     for name in await asyncio.to_thread(_stored_groups, ctx):
         listed.setdefault(name, "")
+    if not call.check(ctx, Operation.DESCRIBE, CLUSTER):  # else only those it may describe
+        listed = {
+            g: t
+            for g, t in listed.items()
+            if call.check(ctx, Operation.DESCRIBE, group_resource(g))
+        }
     return {
         "throttle_time_ms": 0,
         "error_code": 0,

@@ -25,7 +25,9 @@ MESSAGE_TOO_LARGE (10) for a batch over 4 MiB (``BrokerConfig.max_batch_bytes``;
 on the compressed bytes before decompressing, and again on the decompressed bodies) or a
 message the store refuses by size; TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) for transactional requests or
 batches (transactions are not offered); 45/47 from the idempotence check. acks other
-than -1, 0, 1 → INVALID_REQUIRED_ACKS (21) everywhere.
+than -1, 0, 1 → INVALID_REQUIRED_ACKS (21) everywhere. TOPIC_AUTHORIZATION_FAILED (29)
+for every partition of a topic the connection may not WRITE (checked before the topic's
+existence, as Kafka does).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import asyncio
 from operator import itemgetter
 from typing import Any
 
+from mqcore.access.model import Operation, ResourceType
 from mqcore.broker.broker import Broker
 from mqcore.broker.types import SendResult
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
@@ -58,6 +61,7 @@ from ..records import (
     split_batches,
     verify_crc,
 )
+from .authz import CLUSTER, may_on_some, store_topic_resource
 from .context import Call, KafkaContext, Later
 from .topics import kafka_topic
 
@@ -223,6 +227,12 @@ def _store_all(ctx: KafkaContext, call: Call, error: ErrorCode | None) -> list[d
         if topic_error is None and mapping.kafka_topic_error(name) is not None:
             topic_error = ErrorCode.INVALID_TOPIC_EXCEPTION
         store_topic = mapping.to_store_topic(name)
+        # Authorized before existence, as Kafka does (a refused client learns nothing of
+        # which topics exist); one cached lookup per topic of the request.
+        if topic_error is None and not call.check(
+            ctx, Operation.WRITE, store_topic_resource(store_topic)
+        ):
+            topic_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         if topic_error is None and kafka_topic(broker, name) is None:
             topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         partitions = []
@@ -282,11 +292,20 @@ async def _when_visible(
 
 
 async def init_producer_id(ctx: KafkaContext, call: Call) -> dict[str, Any]:
-    """A new producer id (epoch 0); transactional ids are refused (53)."""
+    """A new producer id (epoch 0); transactional ids are refused (53). An idempotent
+    producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679), else
+    CLUSTER_AUTHORIZATION_FAILED (31)."""
+    refused: ErrorCode | None = None
     if call.request["transactional_id"] is not None:
+        refused = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not call.check(ctx, Operation.IDEMPOTENT_WRITE, CLUSTER) and not may_on_some(
+        ctx.access.authorizer(), call.subject, Operation.WRITE, ResourceType.TOPIC
+    ):
+        refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if refused is not None:
         return {
             "throttle_time_ms": 0,
-            "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            "error_code": int(refused),
             "producer_id": -1,
             "producer_epoch": -1,
         }

@@ -10,6 +10,13 @@ CreateTopics: ``num_partitions`` -1 → ``ListenerConfig.default_partitions``; r
 factor -1 or 1 (anything else: INVALID_REPLICATION_FACTOR, one node); explicit
 assignments give the partition count; topic configs are accepted and not stored (Cairn's
 topics have no Kafka configs; DescribeConfigs reports fixed values).
+
+Authorization (Kafka's): Metadata lists only the topics the connection may DESCRIBE, and
+answers TOPIC_AUTHORIZATION_FAILED (29) for a requested one it may not; auto-creation and
+CreateTopics need CREATE on the cluster or on the topic; DeleteTopics DELETE,
+CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS on the topic (29), or on the
+cluster for the broker's configs (31). Creations, partition growth and deletions are
+audited (``topic.create``, ``topic.update``, ``topic.delete``, store names).
 """
 
 from __future__ import annotations
@@ -17,12 +24,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mqcore.access.model import Operation, Resource
 from mqcore.broker.broker import Broker
 from mqcore.broker.types import TopicInfo
 from mqcore.errors import ConflictError, MQError, NotFoundError, ValidationError
 
 from .. import mapping
 from ..errors import ErrorCode, error_code_for
+from .authz import (
+    AUTHORIZATION_FAILED,
+    CLUSTER,
+    audit,
+    store_topic_resource,
+    topic_resource,
+    topic_settings,
+)
 from .context import Call, KafkaContext
 
 
@@ -88,7 +104,11 @@ def _metadata_topics(ctx: KafkaContext, call: Call) -> list[dict[str, Any]]:
     requested = call.request["topics"]
     broker = ctx.broker
     if requested is None or (call.api_version == 0 and not requested):
-        return [_topic_entry(ctx, name, info, 0) for name, info in visible_topics(broker)]
+        return [
+            _topic_entry(ctx, name, info, 0)
+            for name, info in visible_topics(broker)
+            if call.check(ctx, Operation.DESCRIBE, store_topic_resource(info.name))
+        ]
     entries = []
     auto = ctx.config.auto_create_topics and call.request["allow_auto_topic_creation"]
     for item in requested:
@@ -96,10 +116,16 @@ def _metadata_topics(ctx: KafkaContext, call: Call) -> list[dict[str, Any]]:
         if mapping.kafka_topic_error(name) is not None:
             entries.append(_topic_entry(ctx, name, None, ErrorCode.INVALID_TOPIC_EXCEPTION))
             continue
+        resource = topic_resource(name)
+        if not call.check(ctx, Operation.DESCRIBE, resource):
+            entries.append(_topic_entry(ctx, name, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         info = kafka_topic(broker, name)
         error: int = 0
-        if info is None and auto:
-            error, info = _create(ctx, name, ctx.config.default_partitions)
+        if info is None and auto and not _may_create(ctx, call, resource):
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif info is None and auto:
+            error, info = _create(ctx, call, name, ctx.config.default_partitions)
         elif info is None:
             error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         entries.append(_topic_entry(ctx, name, info if error == 0 else None, error))
@@ -128,7 +154,18 @@ _CREATE_ERRORS: dict[type[BaseException], ErrorCode] = {
 }
 
 
-def _create(ctx: KafkaContext, name: str, partitions: int) -> tuple[int, TopicInfo | None]:
+def _may_create(ctx: KafkaContext, call: Call, resource: Resource) -> bool:
+    """CREATE on the cluster, or on the topic itself (Kafka's rule for CreateTopics and
+    Metadata's auto-creation)."""
+    return bool(
+        call.check(ctx, Operation.CREATE, CLUSTER) or call.check(ctx, Operation.CREATE, resource)
+    )
+
+
+def _create(
+    ctx: KafkaContext, call: Call, name: str, partitions: int
+) -> tuple[int, TopicInfo | None]:
+    """Create the topic and audit it (``topic.create``). Runs in a worker thread."""
     try:
         info = ctx.broker.create_topic(
             mapping.to_store_topic(name), read_queue_nums=partitions, write_queue_nums=partitions
@@ -142,14 +179,19 @@ def _create(ctx: KafkaContext, name: str, partitions: int) -> tuple[int, TopicIn
             found = kafka_topic(ctx.broker, name)
             return (0, found) if found is not None else (int(code), None)
         return int(code), None
+    audit(ctx, call, "topic.create", "topic", info.name, new=topic_settings(info))
     return 0, info
 
 
-def _create_one(ctx: KafkaContext, topic: dict[str, Any], validate_only: bool) -> tuple[int, str]:
+def _create_one(
+    ctx: KafkaContext, call: Call, topic: dict[str, Any], validate_only: bool
+) -> tuple[int, str]:
     name = topic["name"]
     problem = mapping.kafka_topic_error(name)
     if problem is not None:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, problem
+    if not _may_create(ctx, call, topic_resource(name)):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, AUTHORIZATION_FAILED
     partitions = topic["num_partitions"]
     replication = topic["replication_factor"]
     if topic["assignments"]:
@@ -170,14 +212,14 @@ def _create_one(ctx: KafkaContext, topic: dict[str, Any], validate_only: bool) -
         pass
     if validate_only:
         return 0, ""
-    code, _ = _create(ctx, name, partitions)
+    code, _ = _create(ctx, call, name, partitions)
     return code, "" if code == 0 else f"cannot create topic {name!r}"
 
 
 def _create_all(ctx: KafkaContext, call: Call) -> list[dict[str, Any]]:
     out = []
     for topic in call.request["topics"]:
-        code, message = _create_one(ctx, topic, call.request["validate_only"])
+        code, message = _create_one(ctx, call, topic, call.request["validate_only"])
         out.append(
             {"name": topic["name"], "error_code": int(code), "error_message": message or None}
         )
@@ -188,11 +230,14 @@ async def create_topics(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": await asyncio.to_thread(_create_all, ctx, call)}
 
 
-def _delete_one(ctx: KafkaContext, name: str) -> int:
+def _delete_one(ctx: KafkaContext, call: Call, name: str) -> int:
     broker = ctx.broker
     if mapping.kafka_topic_error(name) is not None:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
-    if kafka_topic(broker, name) is None:
+    if not call.check(ctx, Operation.DELETE, topic_resource(name)):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    info = kafka_topic(broker, name)
+    if info is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     store_topic = mapping.to_store_topic(name)
     try:
@@ -200,19 +245,27 @@ def _delete_one(ctx: KafkaContext, name: str) -> int:
     except MQError as exc:
         return error_code_for(exc, {ValidationError: ErrorCode.TOPIC_AUTHORIZATION_FAILED})
     ctx.batch_cache.drop_topic(store_topic)  # (fetches check entries anyway; this frees them)
+    audit(ctx, call, "topic.delete", "topic", store_topic, old=topic_settings(info))
     return 0
 
 
 async def delete_topics(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     def run() -> list[dict[str, Any]]:
         names = call.request["topic_names"]
-        return [{"name": n, "error_code": int(_delete_one(ctx, n))} for n in names]
+        return [{"name": n, "error_code": int(_delete_one(ctx, call, n))} for n in names]
 
     return {"throttle_time_ms": 0, "responses": await asyncio.to_thread(run)}
 
 
-def _grow(ctx: KafkaContext, topic: dict[str, Any], validate_only: bool) -> tuple[int, str]:
-    info = kafka_topic(ctx.broker, topic["name"])
+def _grow(
+    ctx: KafkaContext, call: Call, topic: dict[str, Any], validate_only: bool
+) -> tuple[int, str]:
+    name = topic["name"]
+    if mapping.kafka_topic_error(name) is None:
+        decision = call.check(ctx, Operation.ALTER, topic_resource(name))
+        if not decision:
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED, decision.reason
+    info = kafka_topic(ctx.broker, name)
     if info is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic"
     count = topic["count"]
@@ -222,7 +275,9 @@ def _grow(ctx: KafkaContext, topic: dict[str, Any], validate_only: bool) -> tupl
             "and at most 1024"
         )
     if not validate_only:
-        ctx.broker.update_topic(info.name, read_queue_nums=count, write_queue_nums=count)
+        new = ctx.broker.update_topic(info.name, read_queue_nums=count, write_queue_nums=count)
+        old_settings, new_settings = topic_settings(info), topic_settings(new)
+        audit(ctx, call, "topic.update", "topic", info.name, old=old_settings, new=new_settings)
     return 0, ""
 
 
@@ -231,7 +286,7 @@ async def create_partitions(ctx: KafkaContext, call: Call) -> dict[str, Any]:
         out = []
         for topic in call.request["topics"]:
             try:
-                code, message = _grow(ctx, topic, call.request["validate_only"])
+                code, message = _grow(ctx, call, topic, call.request["validate_only"])
             except MQError as exc:
                 code, message = error_code_for(exc), str(exc)
             out.append(
@@ -261,7 +316,17 @@ def _topic_configs(broker: Broker) -> dict[str, str]:
     }
 
 
-def _describe_one(ctx: KafkaContext, resource: dict[str, Any], version: int) -> dict[str, Any]:
+def _describe_refusal(ctx: KafkaContext, call: Call, kind: int, name: str) -> ErrorCode | None:
+    """DESCRIBE_CONFIGS on the topic (29) or, for the broker, on the cluster (31)."""
+    if kind == RESOURCE_TOPIC and mapping.kafka_topic_error(name) is None:
+        if not call.check(ctx, Operation.DESCRIBE_CONFIGS, topic_resource(name)):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif kind == RESOURCE_BROKER and not call.check(ctx, Operation.DESCRIBE_CONFIGS, CLUSTER):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
+def _describe_one(ctx: KafkaContext, call: Call, resource: dict[str, Any]) -> dict[str, Any]:
     kind, name = resource["resource_type"], resource["resource_name"]
     result: dict[str, Any] = {
         "error_code": 0,
@@ -270,6 +335,10 @@ def _describe_one(ctx: KafkaContext, resource: dict[str, Any], version: int) -> 
         "resource_name": name,
         "configs": [],
     }
+    refused = _describe_refusal(ctx, call, kind, name)
+    if refused is not None:
+        result.update(error_code=int(refused), error_message=AUTHORIZATION_FAILED)
+        return result
     if kind == RESOURCE_TOPIC:
         if kafka_topic(ctx.broker, name) is None:
             result.update(
@@ -312,6 +381,6 @@ def _describe_one(ctx: KafkaContext, resource: dict[str, Any], version: int) -> 
 
 async def describe_configs(ctx: KafkaContext, call: Call) -> dict[str, Any]:
     def run() -> list[dict[str, Any]]:
-        return [_describe_one(ctx, r, call.api_version) for r in call.request["resources"]]
+        return [_describe_one(ctx, call, r) for r in call.request["resources"]]
 
     return {"throttle_time_ms": 0, "results": await asyncio.to_thread(run)}

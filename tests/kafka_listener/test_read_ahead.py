@@ -94,7 +94,10 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 @pytest.fixture
 def ctx(broker: Broker) -> Iterator[KafkaContext]:
     c = KafkaContext(
-        broker, ListenerConfig(port=0, fetch_cache_bytes=0), SystemClock(), supported_versions()
+        broker,
+        ListenerConfig(port=0, fetch_cache_bytes=0),
+        SystemClock(),
+        versions=supported_versions(),
     )
     try:
         yield c
