@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioPartition
 from aiokafka.errors import KafkaError as AioKafkaError
 from aiokafka.helpers import create_ssl_context
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as RdPartition
 
 from cairn import tls
@@ -395,3 +395,17 @@ def test_a_client_without_reauthentication_is_cut_off_and_reconnects(
         assert running.broker.store.max_offset(topic, 0) == 2
     assert "SASL session expired without re-authentication" in caplog.text
     assert access.logins > logins + 1
+
+
+def test_the_logged_in_user_is_who_authorization_sees(security: Security) -> None:
+    # bob is a viewer: his SASL login may read but not write; alice (operator) may write.
+    topic = new_topic(security.running)
+    reports: list[Any] = []
+    viewer = Producer({**security.confluent("SCRAM-SHA-256", "bob", "bob-pw"),
+                       "message.timeout.ms": 3000, "retries": 0})  # fmt: skip
+    viewer.produce(topic, b"from a viewer", on_delivery=lambda err, msg: reports.append(err))
+    viewer.flush(10)
+    assert len(reports) == 1 and reports[0] is not None
+    assert reports[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    conf = security.confluent("SCRAM-SHA-256", "alice", "alice-pw")
+    assert confluent_roundtrip(conf, topic) == [b"over confluent-kafka"]
