@@ -86,7 +86,7 @@ async def authenticate(
             session.mechanism or "SASL",
             f" of {username!r}" if username is not None else "",
             host,
-            reply.error_message,
+            reply.detail or reply.error_message,
         )
     return reply
 

@@ -26,8 +26,9 @@ States (Kafka's ``SaslServerAuthenticator``, with Cairn's listener policy)::
 * Errors, as Kafka answers them, each followed by closing the connection: a mechanism not
   offered is UNSUPPORTED_SASL_MECHANISM (33), a request out of order ILLEGAL_SASL_STATE
   (34), a malformed, replayed or wrong token SASL_AUTHENTICATION_FAILED (58) with a message
-  that says only "authentication failed" plus what was malformed (never whether the user
-  exists).
+  that says "authentication failed" plus what was malformed; a login the accounts store
+  refused gets the same words whatever the reason (unknown user, wrong secret, locked out),
+  the reason going to the log only (:attr:`Reply.detail`).
 * Re-authentication (KIP-368): with ``reauth_ms`` > 0, SaslAuthenticate v1+ answers carry
   ``session_lifetime_ms`` and the session expires that long after each login; a request
   other than SaslHandshake/SaslAuthenticate/ApiVersions after expiry closes the connection
@@ -76,13 +77,16 @@ class Phase(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The answer to a SASL request. ``close``: close the connection once it is sent."""
+    """The answer to a SASL request. ``close``: close the connection once it is sent.
+    ``detail``: why, for the log only (a refused login's reason, which the client is not
+    told: it would say whether the user exists or is locked out)."""
 
     error_code: int = ErrorCode.NONE
     error_message: str | None = None
     auth_bytes: bytes = b""
     close: bool = False
     session_lifetime_ms: int = 0
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +119,7 @@ Step = Reply | CheckPassword | LookUpScram | FinishScram
 
 
 def _fail(detail: str, code: int = ErrorCode.SASL_AUTHENTICATION_FAILED) -> Reply:
-    return Reply(code, detail, close=True)
+    return Reply(code, detail, close=True, detail=detail)
 
 
 class SaslSession:
@@ -267,7 +271,7 @@ class SaslSession:
         """The look-up's answer: the user's credentials (None: unknown: a fake exchange),
         or why the user may not log in now (locked out)."""
         if refused is not None:
-            return self._failed(refused.reason)
+            return self._refused(refused.reason)
         assert self._first is not None and self.mechanism is not None
         self._exchange = ScramExchange(self.mechanism, self._first, user, fake_key=self._fake_key)
         self.phase = Phase.SCRAM_FINAL
@@ -288,7 +292,7 @@ class SaslSession:
     def login_result(self, result: Subject | LoginRefused, now_ms: int) -> Reply:
         """The accounts store's verdict (authenticate_password or login_finished)."""
         if isinstance(result, LoginRefused):
-            return self._failed(result.reason)
+            return self._refused(result.reason)
         if self.user is not None and result.user != self.user:
             return self._failed("re-authentication must keep the same user")
         final = self._final if self.mechanism != PLAIN else b""
@@ -307,5 +311,13 @@ class SaslSession:
         self.gated = self.expires_ms is not None
 
     def _failed(self, detail: str) -> Reply:
+        """A failure the client may be told about (what it sent was malformed)."""
         self.phase = Phase.FAILED
         return _fail(f"{_FAILED}: {detail}")
+
+    def _refused(self, reason: str) -> Reply:
+        """The accounts store refused the login: the client learns only that it failed."""
+        self.phase = Phase.FAILED
+        code = ErrorCode.SASL_AUTHENTICATION_FAILED
+        return Reply(code, f"{_FAILED}: wrong user name or secret, or not allowed now",
+                     close=True, detail=f"{_FAILED}: {reason}")  # fmt: skip

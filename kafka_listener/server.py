@@ -450,7 +450,7 @@ class KafkaListener:
                 event.correlation_id, {"error_code": reply.error_code, "mechanisms": offered}
             )
             if reply.close:
-                log.info("closing Kafka connection from %s: %s", client.peer, reply.error_message)
+                log.info("closing Kafka connection from %s: %s", client.peer, reply.detail)
             return not reply.close
         if event.api_key == ApiKey.SASL_AUTHENTICATE:
             reply = await login.authenticate(

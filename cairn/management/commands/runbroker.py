@@ -211,6 +211,11 @@ class Command(BaseCommand):
         # The accounts store: the runtime's when it has one (the Django accounts app);
         # otherwise the listener's own empty one (no users: anonymous and certificates only).
         access = getattr(rt, "access", None)
+        if access is None and config.auth != "none":
+            self._say(
+                "WARNING: the Kafka listener has no accounts store yet: no SASL login can "
+                "succeed" + (" and every client is refused" if config.auth == "required" else "")
+            )
         # Unknown users' fake SCRAM salts must not change across restarts (a real user's do
         # not): made from the secret key, never equal to anything else derived from it.
         fake_key = hashlib.sha256(b"cairn.kafka.scram-fake-salt\0" + settings.SECRET_KEY.encode())
