@@ -70,7 +70,7 @@ from .flow import BufferBudget, Flow
 from .handlers import Call, KafkaContext, Later, ListenerConfig, dispatch, supported_versions
 from .mapping import born_host
 from .sasl import SASL_KEYS, Reply, SaslSession
-from .schemas import API_VERSIONS_TABLE, ApiKey
+from .schemas import API_VERSIONS_TABLE, SCHEMAS, ApiKey
 
 log = logging.getLogger(__name__)
 # A produce request is up to a megabyte (librdkafka's batch.size default): read it in a few
@@ -467,9 +467,9 @@ class KafkaListener:
         refusal = session.admit(event.api_key, self.ctx.clock.now_ms())
         if refusal is not None:
             log.info(
-                "closing Kafka connection from %s: API %d before it may: %s",
+                "closing Kafka connection from %s: %s refused: %s",
                 client.peer,
-                event.api_key,
+                SCHEMAS[event.api_key].name,
                 refusal,
             )
             return False
