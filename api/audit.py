@@ -1,4 +1,9 @@
-"""Writing the audit log (see :class:`api.models.AuditEntry`)."""
+"""Writing the audit log (see :class:`api.models.AuditEntry`).
+
+Every entry says who (user, role, principal), from where (the client's address) and through
+which front end: ``rest`` (``/api/``), ``console`` (the console's pages), ``kafka`` (the Kafka
+listener, through :func:`record_subject`), ``command`` (``manage.py``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from django.utils import timezone
 
 from api.models import AuditEntry
 from api.roles import role_of
+from mqcore.access.authorizer import Subject
+from mqcore.access.model import ANONYMOUS
 
 
 def _jsonable(value: Any) -> Any:
@@ -18,6 +25,48 @@ def _jsonable(value: Any) -> Any:
     if value is None:
         return None
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+
+
+def front_end_of(request: Any) -> str:
+    """``rest`` for the REST API's paths, ``console`` for the console's pages."""
+    path = getattr(request, "path", "") or ""
+    return "rest" if path.startswith("/api/") else "console"
+
+
+def address_of(request: Any) -> str:
+    return (request.META.get("REMOTE_ADDR", "") or "")[:64]
+
+
+def record_subject(
+    subject: Subject,
+    action: str,
+    target_type: str,
+    target: str,
+    *,
+    old: Any = None,
+    new: Any = None,
+) -> AuditEntry:
+    """Write one entry for ``subject`` (a front end that is not a Django request, e.g. the
+    Kafka listener, or the accounts service): the user is looked up by name."""
+    from django.contrib.auth import get_user_model
+
+    user = None
+    if subject.user is not None:
+        user = get_user_model()._default_manager.filter(username=subject.user).first()
+    host = "" if subject.host == "*" else subject.host
+    return AuditEntry.objects.create(
+        user=user,
+        username=subject.user or ANONYMOUS.lower(),
+        role=subject.role or "",
+        action=action,
+        target_type=target_type,
+        target=target[:300],
+        old_value=_jsonable(old),
+        new_value=_jsonable(new),
+        remote_addr=host[:64],
+        principal=str(subject.principal),
+        front_end=subject.front_end[:16],
+    )
 
 
 def record(
@@ -40,10 +89,18 @@ def record(
     """
     if request is not None:
         user = request.user if request.user.is_authenticated else None
-        remote = request.META.get("REMOTE_ADDR", "") or ""
+        remote = address_of(request)
+        front_end = front_end_of(request)
     else:
         remote = ""
+        front_end = "command" if username and username.startswith("manage.py") else ""
     name = username or (user.get_username() if user is not None else "anonymous")
+    if user is not None:
+        principal = f"User:{user.get_username()}"
+    elif front_end in ("rest", "console"):
+        principal = f"User:{ANONYMOUS}"
+    else:
+        principal = ""
     return AuditEntry.objects.create(
         user=user,
         username=name,
@@ -54,6 +111,8 @@ def record(
         old_value=_jsonable(old),
         new_value=_jsonable(new),
         remote_addr=remote[:64],
+        principal=principal,
+        front_end=front_end,
     )
 
 
@@ -75,7 +134,9 @@ def record_quickly(request: Any, action: str, target_type: str, target: str, *, 
         "target": target[:300],
         "old_value": None,
         "new_value": new,
-        "remote_addr": (request.META.get("REMOTE_ADDR", "") or "")[:64],
+        "remote_addr": address_of(request),
+        "principal": f"User:{user.get_username() if user is not None else ANONYMOUS}",
+        "front_end": front_end_of(request),
     }
     sql, fields = _insert_sql(alias)
     params = [f.get_db_prep_save(values[f.name], connection) for f in fields]

@@ -21,6 +21,7 @@ DRF ``ParseError``                                      400     ``malformed``
 mqcore ``ConflictError``                                409     ``conflict``
 DRF ``NotAuthenticated`` / ``AuthenticationFailed``     401     ``unauthenticated``
 DRF ``PermissionDenied``, mqcore ``PermissionDenied``   403     ``forbidden``
+DRF ``Throttled`` (failed logins, locked out)          429     ``throttled``
 DRF ``MethodNotAllowed`` / ``NotAcceptable`` /          405 /   ``method-not-allowed`` ...
 ``UnsupportedMediaType``                                406 /
                                                         415
@@ -198,6 +199,7 @@ _DRF_KINDS: dict[type[drf.APIException], tuple[str, str, str]] = {
     drf.NotAcceptable: ("not-acceptable", "Not acceptable", "accept"),
     drf.UnsupportedMediaType: ("unsupported-media-type", "Unsupported media type", "media_type"),
     RequestTooLarge: ("too-large", "Request too large", "max_request_bytes"),
+    drf.Throttled: ("throttled", "Too many failed logins", "throttled"),
     BrokerUnavailable: ("unavailable", "Broker not available", "not_started"),
 }
 
@@ -206,6 +208,8 @@ def _from_drf(exc: drf.APIException) -> Response:
     headers: dict[str, str] = {}
     if getattr(exc, "auth_header", None):
         headers["WWW-Authenticate"] = str(exc.auth_header)  # type: ignore[attr-defined]
+    if isinstance(exc, drf.Throttled) and exc.wait is not None:
+        headers["Retry-After"] = str(max(1, int(exc.wait)))
     if isinstance(exc, drf.ValidationError):
         errors = flatten_errors(exc.detail)
         detail = "; ".join(

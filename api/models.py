@@ -1,4 +1,5 @@
-"""The audit log: one row per mutation made through the API or a management command."""
+"""The audit log: one row per change made through any front end or a management command, and
+per login, failed login, lockout and lockout lift."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ class AuditEntry(models.Model):
     old_value = models.JSONField(null=True, blank=True)
     new_value = models.JSONField(null=True, blank=True)
     remote_addr = models.CharField(max_length=64, blank=True)
+    #: ``User:<name>`` (or ``User:ANONYMOUS``); blank for the broker's own entries (cleanup).
+    principal = models.CharField(max_length=160, blank=True)
+    #: How the change came: ``rest``, ``console``, ``kafka``, ``command`` (manage.py), or blank.
+    front_end = models.CharField(max_length=16, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-id"]

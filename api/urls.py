@@ -3,7 +3,7 @@ else under ``/api/v1/`` is a problem+json 404."""
 
 from django.urls import path, re_path
 
-from api.views import admin, config_docs, docs, groups, messages, tiered, topics, users
+from api.views import accounts, admin, config_docs, docs, groups, messages, tiered, topics, users
 from api.views.fallback import not_found
 
 app_name = "api"
@@ -50,7 +50,10 @@ urlpatterns = [
     path("audit", admin.AuditView.as_view(), name="audit"),
     path("users", users.UserListView.as_view(), name="user-list"),
     path("users/<str:username>", users.UserDetailView.as_view(), name="user-detail"),
-    path("users/<str:username>/token", users.UserTokenView.as_view(), name="user-token"),
+    path("users/<str:username>/unlock", accounts.UserUnlockView.as_view(), name="user-unlock"),
+    path("tokens", accounts.TokenListView.as_view(), name="token-list"),
+    path("tokens/<str:token_id>", accounts.TokenDetailView.as_view(), name="token-detail"),
+    path("acls", accounts.AclListView.as_view(), name="acl-list"),
     path("auth/login", users.LoginView.as_view(), name="login"),
     path("auth/logout", users.LogoutView.as_view(), name="logout"),
     path("auth/me", users.MeView.as_view(), name="me"),

@@ -28,7 +28,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "CAIRN_DATA_DIR",
         "./var",
-        "Where the broker keeps its own files (SQLite database, secret key).",
+        "Where the broker keeps its own files (SQLite database, secret key, the first admin's password), mode 700.",
     ),
     Variable(
         "CAIRN_STORE_DIR", "$CAIRN_DATA_DIR/store", "The message store directory (RocketMQ layout)."
@@ -139,6 +139,36 @@ VARIABLES: tuple[Variable, ...] = (
         "CAIRN_ALLOWED_ORIGINS",
         "(unset)",
         "Comma-separated origins (`https://console.example.com`) besides the broker's own whose pages may post the console's forms and open the live-trace WebSocket, e.g. a reverse proxy's public address.",
+    ),
+    Variable(
+        "CAIRN_LOGIN_THROTTLE_AFTER",
+        "5",
+        "After this many failed logins in a row, a user's next attempt must wait 1 s, then 2, 4, ... up to 60 s (REST, console, Kafka SASL; 0 never throttles).",
+    ),
+    Variable(
+        "CAIRN_LOGIN_LOCKOUT_AFTER",
+        "10",
+        "Failed logins in a row that lock a user out (its right password then fails too) until `CAIRN_LOGIN_LOCKOUT_SECONDS` pass or an admin lifts it (0 never locks).",
+    ),
+    Variable(
+        "CAIRN_LOGIN_LOCKOUT_SECONDS",
+        "900",
+        "How long a lockout lasts (0: until an admin lifts it).",
+    ),
+    Variable(
+        "CAIRN_LOGIN_ADDRESS_MAX_FAILURES",
+        "50",
+        "Failed logins one client address may make in `CAIRN_LOGIN_ADDRESS_WINDOW_SECONDS` before every login from it is refused until the window ends (0: no limit).",
+    ),
+    Variable(
+        "CAIRN_LOGIN_ADDRESS_WINDOW_SECONDS",
+        "300",
+        "The window of `CAIRN_LOGIN_ADDRESS_MAX_FAILURES`.",
+    ),
+    Variable(
+        "CAIRN_SCRAM_ITERATIONS",
+        "8192",
+        "PBKDF2 iterations of new users' SCRAM credentials (at least 4096, RFC 7677).",
     ),
     Variable("CAIRN_LOG_LEVEL", "INFO", "Log level of the broker process."),
     Variable(

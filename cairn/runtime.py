@@ -37,6 +37,13 @@ be shared with workers and is refused there).
   ``size_bytes`` (bytes the queue takes in the tier: flat CommitLog, flat ConsumeQueue and
   key index). An empty list when tiered storage is off.
 
+Accounts: :attr:`BrokerRuntime.access` is the accounts store as an
+:class:`~mqcore.access.backend.AccessBackend` (:class:`accounts.access.DjangoAccess`: users,
+tokens, SCRAM credentials, ACL entries, lockouts, the audit log), the one every front end
+authorizes with; the Kafka listener takes it from here. ``runbroker`` reads the ACL entries
+(:meth:`BrokerRuntime.warm_access`) before serving, so that the event loop never waits on the
+database for them.
+
 Tests build their own runtime over a ``tmp_path`` store and :func:`install` it; :func:`reset`
 forgets it again.
 """
@@ -56,6 +63,7 @@ from django.conf import settings
 
 import mqcore
 from cairn import env
+from mqcore.access.backend import AccessBackend
 from mqcore.broker import delay_delivery, offsets_persist
 from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
@@ -113,6 +121,17 @@ class BrokerRuntime:
     #: The reads-through-the-tier store while running with tiered storage on, else None.
     tiered: TieredMessageStore | None = None
     _tier_lock: ServiceLock | None = None
+
+    @property
+    def access(self) -> AccessBackend:
+        """The accounts store (module docstring); made without touching the database."""
+        from accounts.access import django_access
+
+        return django_access()
+
+    def warm_access(self) -> None:
+        """Read the ACL entries now (blocking), not on the first check."""
+        self.access.authorizer()
 
     def start(self) -> None:
         """Open (and recover) the store, load the metadata, start the broker and the

@@ -11,7 +11,8 @@ from cairn import env
 
 BASE_DIR = env.BASE_DIR
 DATA_DIR = env.data_dir()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+# Only the broker's user may enter it (the database, the secret key, the first password).
+DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 SECRET_KEY = env.secret_key()
 DEBUG = env.get_bool("CAIRN_DEBUG", False)
@@ -23,18 +24,17 @@ ALLOWED_HOSTS = [
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "channels",
     "cairn",
     "api",
+    "accounts",
     "webui",
 ]
 
@@ -207,6 +207,23 @@ SECURE_CSP = {
     "form-action": ["'self'"],
     "frame-ancestors": ["'none'"],
 }
+
+# -- Accounts (README "Security"): failed logins, lockout, SCRAM --------------------------
+CAIRN_ACCOUNTS = {
+    "THROTTLE_AFTER": env.get_int("CAIRN_LOGIN_THROTTLE_AFTER", 5),
+    "THROTTLE_MAX_SECONDS": 60,
+    "LOCKOUT_AFTER": env.get_int("CAIRN_LOGIN_LOCKOUT_AFTER", 10),
+    "LOCKOUT_SECONDS": env.get_int("CAIRN_LOGIN_LOCKOUT_SECONDS", 900),
+    "ADDRESS_MAX_FAILURES": env.get_int("CAIRN_LOGIN_ADDRESS_MAX_FAILURES", 50),
+    "ADDRESS_WINDOW_SECONDS": env.get_int("CAIRN_LOGIN_ADDRESS_WINDOW_SECONDS", 300, 1),
+    "SCRAM_ITERATIONS": env.get_int("CAIRN_SCRAM_ITERATIONS", 8192, 4096),
+    # A token's "last used" time is written at most this often (a send does not pay a write).
+    "TOKEN_LAST_USE_SECONDS": 60,
+}
+# Not a rule on passwords: Django calls every validator's password_changed() with the new
+# password whenever one is saved (set_password + save: REST, console, createsuperuser,
+# changepassword), which is where the password's SCRAM credentials are derived.
+AUTH_PASSWORD_VALIDATORS = [{"NAME": "accounts.passwords.DeriveScramKeys"}]
 
 LOGGING = {
     "version": 1,

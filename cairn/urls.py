@@ -1,4 +1,3 @@
-from django.contrib import admin
 from django.urls import include, path
 
 from cairn import views
@@ -6,6 +5,5 @@ from cairn import views
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("api/v1/", include("api.urls", namespace="api")),
-    path("admin/", admin.site.urls),
     path("", include("webui.urls")),
 ]

@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+# SCRAM credentials are derived whenever a test makes a user or a token: the fewest
+# iterations RFC 7677 allows keeps that fast (brokers started by tests inherit it).
+os.environ.setdefault("CAIRN_SCRAM_ITERATIONS", "4096")
+
 from tests.support.redis_server import free_port, private_redis, wait_for_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,3 +53,22 @@ def spark() -> Iterator[Any]:
         )
     yield session
     stop_session()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_scram() -> None:
+    """The settings were read before this module set CAIRN_SCRAM_ITERATIONS: say it there."""
+    from django.conf import settings
+
+    settings.CAIRN_ACCOUNTS["SCRAM_ITERATIONS"] = int(os.environ["CAIRN_SCRAM_ITERATIONS"])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_acl_cache() -> Iterator[None]:
+    """Each test's database starts with no ACL entries: forget the authorizer cached by the
+    previous test (its version numbers start again too)."""
+    from accounts.acls import cache
+
+    cache.forget()
+    yield
+    cache.forget()

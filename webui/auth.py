@@ -1,8 +1,9 @@
 """WebSocket authentication: the session cookie (browsers) or ``?token=`` (programs).
 
-* :class:`QueryTokenAuthMiddleware` sets ``scope["user"]`` from a DRF authtoken given as
-  ``?token=<key>``; a token that matches no active user makes the connection anonymous (it
-  never falls back to the cookie).
+* :class:`QueryTokenAuthMiddleware` sets ``scope["user"]`` from an API token given as
+  ``?token=<token>`` (looked up by its digest: :mod:`accounts.tokens`); a token that is
+  unknown, revoked, expired or of an inactive user makes the connection anonymous (it never
+  falls back to the cookie).
 * :func:`websocket_stack` puts the origin check (:mod:`webui.origin`: the broker's own origin
   and ``CAIRN_ALLOWED_ORIGINS`` only; handshakes without ``Origin`` come from programs, which
   must bring a token) before both.
@@ -25,11 +26,19 @@ MAX_TOKEN_LENGTH = 64
 
 @database_sync_to_async
 def user_for_token(key: str) -> Any:
-    from rest_framework.authtoken.models import Token
+    from django.utils import timezone
+
+    from accounts.models import ApiToken
+    from accounts.tokens import digest
 
     if not key or len(key) > MAX_TOKEN_LENGTH:
         return AnonymousUser()
-    token = Token.objects.select_related("user").filter(key=key).first()
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(digest=digest(key), revoked__isnull=True)
+        .exclude(expires__lte=timezone.now())
+        .first()
+    )
     if token is None or not token.user.is_active:
         return AnonymousUser()
     return token.user

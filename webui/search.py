@@ -22,7 +22,7 @@ Reads go through the broker (``query_by_key``, ``browse``, ``get_message``) and 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -228,15 +228,32 @@ def _done(
     }
 
 
-def run(broker: Broker, query: SearchQuery) -> Iterator[dict[str, Any]]:
+#: Whether the searching user may read a topic (``READ``).
+TopicCheck = Callable[[str], bool]
+
+
+def _every_topic(topic: str) -> bool:
+    return True
+
+
+def run(
+    broker: Broker, query: SearchQuery, may_read: TopicCheck = _every_topic
+) -> Iterator[dict[str, Any]]:
     """The search's events (see the module docstring). Blocking reads: iterate it in a
-    worker thread when serving from an event loop."""
+    worker thread when serving from an event loop.
+
+    Only messages of topics ``may_read`` allows are found: a search without a topic skips
+    the others as if they were not there. The caller refuses a search naming a topic the
+    user may not read before it runs; here it finds nothing."""
     try:
         if query.topic and query.mode != "id":
+            if not may_read(query.topic):
+                yield {"type": "error", "detail": f"you may not read topic {query.topic}",
+                       "field": "topic"}  # fmt: skip
+                return
             broker.get_topic(query.topic)
-        yield from {"id": _by_id, "key": _by_key, "time": _by_time, "queue": _by_queue}[query.mode](
-            broker, query
-        )
+        searches = {"id": _by_id, "key": _by_key, "time": _by_time, "queue": _by_queue}
+        yield from searches[query.mode](broker, query, may_read)
     except MQError as exc:
         yield {"type": "error", "detail": str(exc), "field": getattr(exc, "field", "")}
 
@@ -245,17 +262,19 @@ def _wanted(query: SearchQuery, message: MessageExt) -> bool:
     return not query.tag or message.tags == query.tag
 
 
-def _by_id(broker: Broker, query: SearchQuery) -> Iterator[dict[str, Any]]:
+def _by_id(broker: Broker, query: SearchQuery, may_read: TopicCheck) -> Iterator[dict[str, Any]]:
     yield _progress(0, 0, 0, "looking up the id")
     message = broker.get_message(query.msg_id)
+    if message is not None and not may_read(message.topic):
+        message = None
     if message is not None:
         yield {"type": "message", "message": row(message)}
     yield _progress(1, 1, int(message is not None), "")
     yield _done(query, int(message is not None), "exhausted")
 
 
-def _by_key(broker: Broker, query: SearchQuery) -> Iterator[dict[str, Any]]:
-    topics = [query.topic] if query.topic else traceable_topics(broker)
+def _by_key(broker: Broker, query: SearchQuery, may_read: TopicCheck) -> Iterator[dict[str, Any]]:
+    topics = [query.topic] if query.topic else list(filter(may_read, traceable_topics(broker)))
     found = 0
     for index, topic in enumerate(topics):
         remaining = query.limit - found
@@ -273,7 +292,7 @@ def _by_key(broker: Broker, query: SearchQuery) -> Iterator[dict[str, Any]]:
     yield _done(query, found, "exhausted")
 
 
-def _by_time(broker: Broker, query: SearchQuery) -> Iterator[dict[str, Any]]:
+def _by_time(broker: Broker, query: SearchQuery, may_read: TopicCheck) -> Iterator[dict[str, Any]]:
     found = scanned = 0
     cursor = query.cursor or None
     span = max(1, query.end - query.begin)
@@ -324,7 +343,7 @@ def _resume_cursor(
     return encode_cursor(query.topic, query.begin, query.end, offsets)
 
 
-def _by_queue(broker: Broker, query: SearchQuery) -> Iterator[dict[str, Any]]:
+def _by_queue(broker: Broker, query: SearchQuery, may_read: TopicCheck) -> Iterator[dict[str, Any]]:
     store = broker.store
     low = store.min_offset(query.topic, query.queue_id)
     high = store.max_offset(query.topic, query.queue_id)

@@ -2,7 +2,19 @@
 
 from django.urls import path
 
-from webui.views import accounts, audit, config, groups, messages, overview, topics, trace
+from webui.views import (
+    accounts,
+    acls,
+    audit,
+    config,
+    groups,
+    messages,
+    overview,
+    tokens,
+    topics,
+    trace,
+    users,
+)
 
 app_name = "webui"
 
@@ -32,4 +44,11 @@ urlpatterns = [
     path("config/", config.config_page, name="config"),
     path("config/<str:document>/download/", config.config_download, name="config-download"),
     path("audit/", audit.audit_log, name="audit"),
+    path("users/", users.user_list, name="users"),
+    path("users/new/", users.user_create, name="user-new"),
+    path("users/<str:username>/", users.user_detail, name="user"),
+    path("tokens/", tokens.token_list, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token-revoke"),
+    path("acls/", acls.acl_list, name="acls"),
+    path("acls/<int:acl_id>/delete/", acls.acl_delete, name="acl-delete"),
 ]

@@ -93,7 +93,11 @@ class AuditEntrySerializer(serializers.Serializer):
     target = serializers.CharField()
     old_value = serializers.JSONField(allow_null=True)
     new_value = serializers.JSONField(allow_null=True)
-    remote_addr = serializers.CharField(allow_blank=True)
+    remote_addr = serializers.CharField(allow_blank=True, help_text="the client's address")
+    principal = serializers.CharField(allow_blank=True, help_text="User:<name>")
+    front_end = serializers.CharField(
+        allow_blank=True, help_text="rest, console, kafka or command (blank: the broker itself)"
+    )
 
     def to_representation(self, e: AuditEntry) -> dict[str, Any]:
         return {
@@ -107,6 +111,8 @@ class AuditEntrySerializer(serializers.Serializer):
             "old_value": e.old_value,
             "new_value": e.new_value,
             "remote_addr": e.remote_addr,
+            "principal": e.principal,
+            "front_end": e.front_end,
         }
 
 
@@ -120,6 +126,7 @@ class AuditQuerySerializer(PageQuerySerializer):
         required=False, max_length=64, help_text="exact, or a prefix ending in '.'"
     )
     username = serializers.CharField(required=False, max_length=150)
+    front_end = serializers.CharField(required=False, max_length=16)
     since = EpochMsField(required=False, help_text="epoch ms, inclusive")
     until = EpochMsField(required=False, help_text="epoch ms, exclusive")
 
@@ -132,23 +139,38 @@ class UserSerializer(serializers.Serializer):
     role = serializers.ChoiceField(list(ROLES), allow_null=True)
     is_active = serializers.BooleanField()
     is_superuser = serializers.BooleanField()
-    has_token = serializers.BooleanField()
+    has_token = serializers.BooleanField(help_text="has a live (unrevoked, unexpired) token")
     date_joined = serializers.IntegerField()
     last_login = serializers.IntegerField(allow_null=True)
+    failed_logins = serializers.IntegerField(help_text="failed logins in a row")
+    locked_until = serializers.IntegerField(
+        allow_null=True, help_text="epoch ms the lockout ends; null: not locked out"
+    )
 
     def to_representation(self, user: AbstractUser) -> dict[str, Any]:
         return user_dict(user)
 
 
 def user_dict(user: AbstractUser) -> dict[str, Any]:
+    from django.utils import timezone
+
+    from accounts import logins
+    from accounts.models import ApiToken
+
+    state = logins.state(user)
+    live = ApiToken.objects.filter(user=user, revoked__isnull=True).exclude(
+        expires__lte=timezone.now()
+    )
     return {
         "username": user.get_username(),
         "role": role_of(user),
         "is_active": user.is_active,
         "is_superuser": user.is_superuser,
-        "has_token": hasattr(user, "auth_token"),
+        "has_token": live.exists(),
         "date_joined": epoch_ms(user.date_joined),
         "last_login": epoch_ms(user.last_login),
+        "failed_logins": state["failed_logins"],
+        "locked_until": epoch_ms(state["locked_until"]),
     }
 
 
@@ -156,7 +178,7 @@ UserPageSerializer = page_serializer("UserPageSerializer", UserSerializer)
 
 
 class UserUpdateSerializer(StrictSerializer):
-    role = serializers.ChoiceField(list(ROLES), required=False)
+    role = serializers.ChoiceField(list(ROLES), required=False, allow_null=True)
     password = serializers.CharField(
         required=False, min_length=8, max_length=128, write_only=True, trim_whitespace=False
     )
@@ -169,15 +191,10 @@ class UserUpdateSerializer(StrictSerializer):
 
 
 class UserCreateSerializer(UserUpdateSerializer):
-    """A new user. Without a password the user can only use a token (see ``/token``)."""
+    """A new user. Without a password the user can only use tokens (``/tokens``)."""
 
     username = serializers.RegexField(r"^[\w.@+-]+\Z", max_length=150)
-    role = serializers.ChoiceField(list(ROLES))
-
-
-class TokenSerializer(serializers.Serializer):
-    username = serializers.CharField()
-    token = serializers.CharField(help_text="send as 'Authorization: Token <token>'")
+    role = serializers.ChoiceField(list(ROLES), allow_null=True)
 
 
 class LoginSerializer(StrictSerializer):

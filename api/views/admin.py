@@ -118,7 +118,7 @@ class AuditView(BrokerView):
     def get(self, request: Request) -> Response:
         q = self.query(AuditQuerySerializer)
         entries = AuditEntry.objects.all()
-        for name in ("target", "target_type", "username"):
+        for name in ("target", "target_type", "username", "front_end"):
             if name in q:
                 entries = entries.filter(**{name: q[name]})
         if "action" in q:

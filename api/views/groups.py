@@ -41,6 +41,7 @@ from api.views.schema import (
     problems,
     responses,
 )
+from mqcore.access.model import Operation, ResourceType
 from mqcore.broker.types import GroupInfo
 
 _TOPIC_FILTER = TopicFilterSerializer
@@ -81,6 +82,12 @@ class GroupListView(BrokerView):
 
 
 class GroupDetailView(BrokerView):
+    # PATCH (group settings) stays the operator role's: no Kafka operation matches it.
+    acl = {
+        "GET": (ResourceType.GROUP, "group", Operation.DESCRIBE),
+        "DELETE": (ResourceType.GROUP, "group", Operation.DELETE),
+    }
+
     @extend_schema(
         summary="Get a subscription group",
         parameters=[GROUP],
@@ -121,6 +128,8 @@ class GroupDetailView(BrokerView):
 
 
 class GroupLagView(BrokerView):
+    acl = {"GET": (ResourceType.GROUP, "group", Operation.DESCRIBE)}
+
     @extend_schema(
         summary="A group's lag",
         description="Per topic and queue (messages behind, age of the oldest unconsumed "
@@ -134,6 +143,11 @@ class GroupLagView(BrokerView):
 
 
 class GroupOffsetsView(BrokerView):
+    acl = {
+        "GET": (ResourceType.GROUP, "group", Operation.DESCRIBE),
+        "PUT": (ResourceType.GROUP, "group", Operation.READ),
+    }
+
     @extend_schema(
         summary="A group's committed offsets",
         description="The next offset the group will consume, per topic and queue.",
@@ -176,6 +190,8 @@ class GroupOffsetsView(BrokerView):
 
 
 class GroupResetView(BrokerView):
+    acl = {"POST": (ResourceType.GROUP, "group", Operation.READ)}
+
     @extend_schema(
         summary="Reset a group's offsets on a topic",
         description="To the earliest or latest message, to a time (the first message stored "

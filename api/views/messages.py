@@ -27,6 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import audit
+from api.roles import require
 from api.send_input import plain_messages, round_robin_messages
 from api.send_output import send_response_json
 from api.serializers.messages import (
@@ -46,6 +47,7 @@ from api.serializers.messages import (
 from api.views.base import BrokerView
 from api.views.schema import GROUP, MSG_ID, READ, SEND_EXAMPLE, TOPIC, responses
 from cairn import archive
+from mqcore.access.model import Operation, Resource, ResourceType
 from mqcore.broker.types import OutgoingMessage
 from mqcore.errors import NotFoundError
 from mqcore.errors import ValidationError as MQValidationError
@@ -80,6 +82,11 @@ def check_msg_id(msg_id: str) -> str:
 
 
 class TopicMessagesView(BrokerView):
+    acl = {
+        "POST": (ResourceType.TOPIC, "topic", Operation.WRITE),
+        "GET": (ResourceType.TOPIC, "topic", Operation.READ),
+    }
+
     @extend_schema(
         summary="Send messages",
         description="One message or a batch; stored all together or not at all. Returns one "
@@ -195,6 +202,7 @@ class MessageDetailView(BrokerView):
         view = self.broker.view_message(check_msg_id(msg_id))
         if view is None:
             raise NotFoundError("msg_id", "not_found", f"no message with id {msg_id!r}")
+        require(request, Operation.READ, Resource.topic(view.topic))
         data: dict[str, Any] = message_dict(view.message, q["body_encoding"] == "base64")
         data["home_topic"] = view.topic
         data["broker_name"] = view.broker_name

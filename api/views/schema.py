@@ -13,11 +13,12 @@ _MEANING = {
     400: "invalid input (field and rule say what)",
     401: "not authenticated",
     403: "your role, or the broker's perm bits, do not allow it",
-    404: "no such topic, group, message or user",
+    404: "no such topic, group, message, user or token",
     405: "method not allowed",
     409: "it exists already",
     413: "message or request too large",
     415: "unsupported media type",
+    429: "too many failed logins, or the account is locked out (Retry-After says how long)",
     503: "the broker is not running",
 }
 READ = (400, 401, 403, 404, 503)

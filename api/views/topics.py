@@ -10,7 +10,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts.acls import authorizer
 from api import audit
+from api.roles import require, subject_of
 from api.serializers.common import PageQuerySerializer
 from api.serializers.tiered import queue_rows
 from api.serializers.topics import (
@@ -25,6 +27,7 @@ from api.serializers.topics import (
 from api.views.base import BrokerView, paginate
 from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
 from cairn import runtime
+from mqcore.access.model import Operation, Resource, ResourceType
 from mqcore.broker.types import TopicInfo, TopicStatus
 from mqcore.errors import NotFoundError
 
@@ -51,6 +54,11 @@ class TopicListView(BrokerView):
         if q.get("search"):
             needle = q["search"].lower()
             topics = [t for t in topics if needle in t.name.lower()]
+        # Only the topics the user may describe (as Kafka's Metadata lists them).
+        subject, decide = subject_of(request), authorizer()
+        topics = [
+            t for t in topics if decide.allowed(subject, Operation.DESCRIBE, Resource.topic(t.name))
+        ]
         return Response(paginate(request, topics, self._render))
 
     def _render(self, topics: Any) -> list[Any]:
@@ -72,6 +80,7 @@ class TopicListView(BrokerView):
     def post(self, request: Request) -> Response:
         data = self.body(TopicCreateSerializer)
         name = data.pop("name")
+        require(request, Operation.CREATE, Resource.topic(name))  # a deny entry refuses
         self.mq_field_aliases = {"topic_name": "name"}
         info = self.broker.create_topic(name, **data)
         audit.record(request, "topic.create", "topic", name, new=topic_settings(info))
@@ -81,6 +90,12 @@ class TopicListView(BrokerView):
 
 
 class TopicDetailView(BrokerView):
+    acl = {
+        "GET": (ResourceType.TOPIC, "topic", Operation.DESCRIBE),
+        "PATCH": (ResourceType.TOPIC, "topic", Operation.ALTER),
+        "DELETE": (ResourceType.TOPIC, "topic", Operation.DELETE),
+    }
+
     def _detail(self, info: TopicInfo, status: TopicStatus) -> Any:
         data = TopicDetailSerializer((info, status)).data
         tier = {row["queue_id"]: row for row in queue_rows(runtime.current(), info.name)}

@@ -1,32 +1,34 @@
-"""Users, roles and tokens (admin), and session login for the console.
+"""Users and roles (admin), and session login for the console.
 
 Programs authenticate with ``Authorization: Token <token>`` (tokens come from
-``python manage.py createtoken`` or ``POST /users/{username}/token``). The console logs in
-with ``POST /auth/login``, which starts a Django session; unsafe requests in a session then
-need the ``X-CSRFToken`` header (the ``csrftoken`` cookie), as Django requires.
+``python manage.py createtoken`` or ``POST /tokens``: :mod:`api.views.accounts`). The console
+logs in with ``POST /auth/login``, which starts a Django session; unsafe requests in a session
+then need the ``X-CSRFToken`` header (the ``csrftoken`` cookie), as Django requires. Logins
+are throttled per user and per address and lock a user out after repeated failures
+(:mod:`accounts.logins`): 429 with ``Retry-After``. Every change goes through
+:mod:`accounts.service`, which audits it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import authenticate, get_user_model, login, logout
+from django.contrib.auth import get_user_model, login, logout
 from django.db import transaction
 from django.middleware.csrf import get_token
 from drf_spectacular.utils import extend_schema
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.authtoken.models import Token
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api import audit
-from api.roles import ADMIN, role_of, set_role
+from accounts import logins, service
+from api.authentication import QuickTokenAuthentication
+from api.roles import ADMIN, role_of, subject_of
 from api.serializers.admin import (
     LoginSerializer,
     MeSerializer,
-    TokenSerializer,
     UserCreateSerializer,
     UserPageSerializer,
     UserSerializer,
@@ -36,21 +38,8 @@ from api.serializers.admin import (
 from api.serializers.common import PageQuerySerializer
 from api.views.base import BrokerView, paginate
 from api.views.schema import path_param, problems, responses
-from mqcore.errors import ConflictError, NotFoundError
-from mqcore.errors import ValidationError as MQValidationError
 
 USERNAME = path_param("username", "the user's login name")
-
-
-def _user(username: str) -> Any:
-    try:
-        return get_user_model().objects.get(username=username)
-    except get_user_model().DoesNotExist:
-        raise NotFoundError("username", "not_found", f"no user {username!r}") from None
-
-
-def _settings(user: Any) -> dict[str, Any]:
-    return {"role": role_of(user), "is_active": user.is_active}
 
 
 class UserListView(BrokerView):
@@ -69,21 +58,19 @@ class UserListView(BrokerView):
 
     @extend_schema(
         summary="Create a user (admin)",
+        description="`role` null: a user with no role, which only ACL entries allow things.",
         request=UserCreateSerializer,
         responses=responses({201: UserSerializer}, 400, 401, 403, 409, 415),
     )
     def post(self, request: Request) -> Response:
         data = self.body(UserCreateSerializer)
-        model = get_user_model()
-        with transaction.atomic():
-            if model.objects.filter(username=data["username"]).exists():
-                raise ConflictError(f"user {data['username']!r} exists")
-            user = model.objects.create_user(data["username"], password=data.get("password"))
-            if "is_active" in data:
-                user.is_active = data["is_active"]
-                user.save(update_fields=["is_active"])
-            set_role(user, data["role"])
-            audit.record(request, "user.create", "user", user.username, new=_settings(user))
+        user = service.create_user(
+            subject_of(request),
+            data["username"],
+            data["role"],
+            password=data.get("password"),
+            active=data.get("is_active", True),
+        )
         return Response(user_dict(user), status=201)
 
 
@@ -97,30 +84,28 @@ class UserDetailView(BrokerView):
         responses=responses({200: UserSerializer}, 401, 403, 404),
     )
     def get(self, request: Request, username: str) -> Response:
-        return Response(user_dict(_user(username)))
+        return Response(user_dict(service.get_user(username)))
 
     @extend_schema(
         summary="Change a user's role, password or active flag (admin)",
+        description="`role` null takes the role away; `is_active` false disables the user "
+        "(no login, no token, no Kafka connection). Each change is audited on its own "
+        "(`user.role`, `user.password`, `user.disable`/`user.enable`).",
         parameters=[USERNAME],
         request=UserUpdateSerializer,
         responses=responses({200: UserSerializer}, 400, 401, 403, 404, 415),
     )
     def patch(self, request: Request, username: str) -> Response:
         data = self.body(UserUpdateSerializer)
+        actor = subject_of(request)
         with transaction.atomic():
-            user = _user(username)
-            old = _settings(user)
+            user = service.get_user(username)
             if "role" in data:
-                set_role(user, data["role"])
+                user = service.set_role(actor, username, data["role"])
             if "is_active" in data:
-                user.is_active = data["is_active"]
+                user = service.set_active(actor, username, data["is_active"])
             if "password" in data:
-                user.set_password(data["password"])
-            user.save()
-            new = _settings(user)
-            if "password" in data:
-                new["password"] = "changed"  # never the password itself
-            audit.record(request, "user.update", "user", username, old=old, new=new)
+                user = service.reset_password(actor, username, data["password"])
         return Response(user_dict(user))
 
     @extend_schema(
@@ -130,34 +115,8 @@ class UserDetailView(BrokerView):
         responses={204: None, **problems(400, 401, 403, 404)},
     )
     def delete(self, request: Request, username: str) -> Response:
-        with transaction.atomic():
-            user = _user(username)
-            if user.pk == request.user.pk:
-                raise MQValidationError("username", "self", "you cannot delete your own account")
-            old = _settings(user)
-            user.delete()
-            audit.record(request, "user.delete", "user", username, old=old)
+        service.delete_user(subject_of(request), username)
         return Response(status=204)
-
-
-class UserTokenView(BrokerView):
-    read_role = ADMIN
-    write_role = ADMIN
-
-    @extend_schema(
-        summary="Issue a new API token for a user (admin)",
-        description="Replaces the user's previous token, which stops working.",
-        parameters=[USERNAME],
-        request=None,
-        responses=responses({201: TokenSerializer}, 401, 403, 404),
-    )
-    def post(self, request: Request, username: str) -> Response:
-        with transaction.atomic():
-            user = _user(username)
-            Token.objects.filter(user=user).delete()
-            token = Token.objects.create(user=user)
-            audit.record(request, "user.token", "user", username, new={"token": "issued"})
-        return Response({"username": username, "token": token.key}, status=201)
 
 
 class _CsrfExemptSession(SessionAuthentication):
@@ -185,20 +144,26 @@ class MeView(BrokerView):
 
 class LoginView(BrokerView):
     permission_classes = [AllowAny]
-    authentication_classes = [TokenAuthentication, _CsrfExemptSession]
+    authentication_classes = [QuickTokenAuthentication, _CsrfExemptSession]
 
     @extend_schema(
         summary="Log in (starts a session for the console)",
+        description="Failed logins are throttled per user and per address, and lock a user "
+        'out after repeated failures (README "Security"): 429 with Retry-After, whatever '
+        "the password.",
         request=LoginSerializer,
-        responses=responses({200: MeSerializer}, 400, 401, 415),
+        responses=responses({200: MeSerializer}, 400, 401, 415, 429),
         auth=[],
     )
     def post(self, request: Request) -> Response:
         data = self.body(LoginSerializer)
-        user = authenticate(request._request, username=data["username"], password=data["password"])
+        address = request.META.get("REMOTE_ADDR") or ""
+        user, outcome = logins.authenticate(data["username"], data["password"], address, "rest")
+        if isinstance(outcome, logins.Throttled):
+            raise Throttled(wait=outcome.retry_after_s, detail=outcome.reason)
         if user is None:
             raise AuthenticationFailed("wrong username or password")
-        login(request._request, user)
+        login(request._request, user, backend="django.contrib.auth.backends.ModelBackend")
         get_token(request._request)
         return Response(
             {"authenticated": True, "username": user.get_username(), "role": role_of(user)}

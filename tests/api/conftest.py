@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from api.roles import set_role
@@ -22,6 +21,7 @@ from cairn import runtime
 from cairn.runtime import BrokerRuntime
 from mqcore.broker import Broker, BrokerConfig, OutgoingMessage
 from mqcore.store import StoreConfig
+from tests.support.tokens import make_token
 
 SMALL_STORE = StoreConfig(
     commitlog_file_size=256 * 1024,
@@ -91,9 +91,8 @@ def make_user(db: None) -> Callable[..., Any]:
 
 
 def token_client(user: Any) -> APIClient:
-    token, _ = Token.objects.get_or_create(user=user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {make_token(user)}")
     client.user = user  # type: ignore[attr-defined]
     return client
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 from typing import Any
 
@@ -10,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from accounts.models import ApiToken
 from api.models import AuditEntry
 from api.roles import role_of
 from mqcore.broker import Broker
@@ -98,8 +100,8 @@ def test_admin_manages_users(admin: APIClient) -> None:
     )
     r = admin.patch("/api/v1/users/pat", {"role": "viewer"}, format="json")
     assert r.json()["role"] == "viewer"
-    r = admin.post("/api/v1/users/pat/token")
-    assert r.status_code == 201
+    r = admin.post("/api/v1/tokens", {"name": "for-pat", "username": "pat"}, format="json")
+    assert r.status_code == 201, r.content
     token = r.json()["token"]
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
@@ -112,7 +114,7 @@ def test_admin_manages_users(admin: APIClient) -> None:
     actions = list(
         AuditEntry.objects.filter(target="pat").order_by("id").values_list("action", flat=True)
     )
-    assert actions == ["user.create", "user.update", "user.token", "user.delete"]
+    assert actions == ["user.create", "user.role", "token.issue", "user.delete"]
     for entry in AuditEntry.objects.all():
         assert "long-enough" not in str(entry.new_value) and token not in str(entry.new_value)
 
@@ -170,19 +172,36 @@ def _createtoken(*args: str) -> str:
 def test_createtoken_prints_the_token_alone_on_the_last_line(broker: Broker) -> None:
     output = _createtoken("robot", "--role", "operator")
     token = output.rstrip("\n").splitlines()[-1]
-    assert len(token) == 40 and token.isalnum()
+    assert len(token) == 43 and token.replace("-", "").replace("_", "").isalnum()
     user = get_user_model().objects.get(username="robot")
     assert role_of(user) == "operator" and not user.has_usable_password()
+    # Stored hashed: the text is nowhere in the token table.
+    stored = ApiToken.objects.get(user=user)
+    assert stored.digest == hashlib.sha256(token.encode()).hexdigest()
+    assert token not in str(list(ApiToken.objects.values()))
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.post("/api/v1/topics", {"name": "by-robot"}, format="json").status_code == 201
-    # Again: same token, role changed; --rotate: a new token, the old one stops working.
+    # Again: a second token (the first keeps working), role changed; --rotate: a new token,
+    # the others stop working.
     again = _createtoken("robot", "--role", "viewer").splitlines()[-1]
-    assert again == token and role_of(get_user_model().objects.get(username="robot")) == "viewer"
-    rotated = _createtoken("robot", "--rotate").splitlines()[-1]
-    assert rotated != token
+    assert again != token and role_of(get_user_model().objects.get(username="robot")) == "viewer"
+    assert client.get("/api/v1/topics").status_code == 200
+    rotated = _createtoken("robot", "--rotate", "--name", "ci").splitlines()[-1]
+    assert rotated not in (token, again)
     assert_problem(client.get("/api/v1/topics"), 401)
-    assert AuditEntry.objects.filter(target="robot", username="manage.py createtoken").count() == 3
+    client.credentials(HTTP_AUTHORIZATION=f"Token {rotated}")
+    assert client.get("/api/v1/topics").status_code == 200
+    actions = list(
+        AuditEntry.objects.filter(username="manage.py createtoken")
+        .order_by("id")
+        .values_list("action", flat=True)
+    )
+    assert actions == [
+        "user.create", "token.issue", "user.role", "token.issue", "token.revoke",
+        "token.revoke", "token.issue",
+    ]  # fmt: skip
+    assert AuditEntry.objects.filter(front_end="command").count() == len(actions)
 
 
 def test_createtoken_defaults_new_users_to_viewer(db: None) -> None:

@@ -114,9 +114,10 @@ def test_long_poll_does_not_block_other_requests_under_asgi(
     """Through Django's ASGI handler (what Daphne serves): while one request long-polls,
     another is answered at once, and the poll returns when a message is sent."""
     from django.core.asgi import get_asgi_application
-    from rest_framework.authtoken.models import Token
 
-    token = Token.objects.create(user=make_user("asgi", "operator")).key
+    from tests.support.tokens import make_token
+
+    token = make_token(make_user("asgi", "operator"))
     app = get_asgi_application()
 
     async def scenario() -> tuple[tuple[int, Any], float, float]:

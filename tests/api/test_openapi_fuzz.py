@@ -13,12 +13,12 @@ import pytest
 import schemathesis
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, given, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import positive_data_acceptance
 from schemathesis.generation import GenerationMode
 
 from mqcore.broker import Broker, OutgoingMessage
 from tests.api.conftest import wait_dispatched
+from tests.support.tokens import make_token
 
 MAX_EXAMPLES = 8
 
@@ -44,7 +44,7 @@ def test_no_500_and_responses_match_the_schema(
     broker: Broker, make_user: Any, mode: GenerationMode
 ) -> None:
     _seed(broker)
-    token = Token.objects.create(user=make_user("fuzzer", "admin")).key
+    token = make_token(make_user("fuzzer", "admin"))
     headers = {"Authorization": f"Token {token}"}
     schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application())
     failures: list[str] = []

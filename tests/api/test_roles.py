@@ -51,7 +51,26 @@ ADMIN_ONLY: list[tuple[str, str, Any]] = [
     ("post", "/api/v1/users", {"username": "someone", "role": "viewer"}),
     ("get", "/api/v1/users/vera", None),
     ("patch", "/api/v1/users/vera", {"role": "viewer"}),
-    ("post", "/api/v1/users/vera/token", None),
+    ("post", "/api/v1/users/vera/unlock", None),
+    ("post", "/api/v1/tokens", {"name": "for-ada", "username": "ada"}),
+    ("get", "/api/v1/tokens?username=ada", None),
+    ("get", "/api/v1/acls", None),
+    (
+        "post",
+        "/api/v1/acls",
+        {
+            "entries": [
+                {
+                    "principal": "User:x",
+                    "resource_type": "topic",
+                    "resource_name": "t",
+                    "operation": "read",
+                    "permission": "allow",
+                }
+            ]
+        },
+    ),
+    ("delete", "/api/v1/acls?principal=User:x", None),
 ]
 CONFIG_IMPORTS = ["topics.json", "subscriptionGroup.json", "consumerOffset.json"]
 

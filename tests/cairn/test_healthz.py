@@ -6,11 +6,11 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from api.roles import VIEWER, set_role
 from cairn import runtime
 from cairn.runtime import BrokerRuntime
+from tests.support.tokens import make_token
 
 
 @pytest.mark.django_db
@@ -47,7 +47,7 @@ def test_healthz_detail_needs_a_login_with_any_role(users: dict[str, Any]) -> No
     # A session (the console's) or a token (programs).
     viewer = Client()
     viewer.force_login(users["vera"])
-    token = Token.objects.create(user=users["vera"]).key
+    token = make_token(users["vera"])
     for response in (
         viewer.get("/healthz?detail=1"),
         Client().get("/healthz?detail=1", HTTP_AUTHORIZATION=f"Token {token}"),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import signal
+import stat
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -28,7 +30,11 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> tuple[int,
 
 def test_serves_healthz_and_stops_cleanly(tmp_path: Path) -> None:
     port = free_port()
-    proc = start_broker(tmp_path, port)
+    # A data dir left open by an older version (755) is closed (700) at start.
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o755)
+    proc = start_broker(data, port)
     try:
         wait_for_port(port, 60, proc)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
@@ -36,23 +42,45 @@ def test_serves_healthz_and_stops_cleanly(tmp_path: Path) -> None:
     finally:
         code, out = stop(proc)
     assert health == {"status": "ok", "problems": 0, "conditions": 0}  # public: counts only
-    assert f"Cairn broker: http://127.0.0.1:{port}/ (store {tmp_path / 'store'}," in out
-    assert (tmp_path / "store").is_dir()
+    assert f"Cairn broker: http://127.0.0.1:{port}/ (store {data / 'store'}," in out
+    assert (data / "store").is_dir()
     assert code == 0, out
     assert "Cairn broker stopped." in out
-    # First start: an admin account with a random password, printed once.
-    assert "user:     admin" in out
-    password = out.split("password: ")[1].split()[0]
-    assert len(password) >= 12
+    # First start: an admin account with a random password, in a file only the broker's
+    # user may read; the console URL is printed, never the password.
+    secret = data / "first-admin-password"
+    password = secret.read_text().strip()
+    assert len(password) >= 16 and password not in out
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert f"its password is in {secret}" in out
+    assert f"log in at http://127.0.0.1:{port}/login/" in out
+    # The data dir and the database are the broker user's alone.
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    assert stat.S_IMODE((data / "cairn.sqlite3").stat().st_mode) == 0o600
+    for extra in ("cairn.sqlite3-wal", "cairn.sqlite3-shm"):
+        if (data / extra).exists():
+            assert stat.S_IMODE((data / extra).stat().st_mode) == 0o600, extra
+    # The password logs in (REST), and /admin/ is gone.
+    login = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/auth/login",
+        data=json.dumps({"username": "admin", "password": password}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
 
-    # Second start: the account exists, no password is printed; Ctrl-C also stops it.
-    proc = start_broker(tmp_path, port)
+    # Second start: the account exists, no new password; Ctrl-C also stops it.
+    proc = start_broker(data, port)
     try:
         wait_for_port(port, 60, proc)
+        with urllib.request.urlopen(login, timeout=10) as r:
+            assert json.load(r)["role"] == "admin"
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/", timeout=10)
+        assert gone.value.code == 404
+        gone.value.close()
     finally:
         code, out = stop(proc, signal.SIGINT)
     assert code == 0, out
-    assert "password:" not in out
+    assert "First start" not in out and password not in out
 
 
 def test_busy_port_is_a_readable_error(tmp_path: Path) -> None:

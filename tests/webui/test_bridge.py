@@ -13,11 +13,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import channel_layers, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import override_settings
-from rest_framework.authtoken.models import Token
 
 from mqcore.broker import Broker
 from mqcore.store.format import DispatchRequest
 from mqcore.store.msgid import HostAddress
+from tests.support.tokens import make_token
 from tests.webui.conftest import make_user, send
 from webui.bridge import bridge, event_from_dispatch, group_for_topic, publish
 from webui.routing import websocket_application
@@ -115,7 +115,7 @@ def test_events_published_by_another_process_reach_the_trace(
     """With CAIRN_REDIS_URL the channel layer is Redis: a Celery reput worker publishes the
     same events with ``publish()`` and subscribed consumers deliver them."""
     broker.create_topic("Orders")
-    token = Token.objects.create(user=make_user("prog", "viewer")).key
+    token = make_token(make_user("prog", "viewer"))
     layers = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",

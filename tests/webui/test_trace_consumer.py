@@ -13,9 +13,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
+from accounts.models import ApiToken
+from accounts.tokens import digest
 from mqcore.access.authorizer import Authorizer
 from mqcore.access.model import (
     AclEntry,
@@ -26,6 +28,7 @@ from mqcore.access.model import (
     ResourceType,
 )
 from mqcore.broker import Broker
+from tests.support.tokens import make_token
 from tests.webui.conftest import make_user, send
 from webui.bridge import bridge
 from webui.routing import websocket_application
@@ -53,7 +56,7 @@ async def until_live(comm: WebsocketCommunicator) -> list[dict[str, Any]]:
 
 
 def token_for(username: str, role: str | None = "viewer") -> str:
-    return Token.objects.create(user=make_user(username, role)).key
+    return make_token(make_user(username, role))
 
 
 def connect(path: str, headers: list[tuple[bytes, bytes]] | None = None) -> WebsocketCommunicator:
@@ -386,9 +389,7 @@ def test_unauthenticated_is_refused(orders: Broker, query: str, code: int) -> No
 def test_user_without_role_or_inactive_is_refused(orders: Broker) -> None:
     no_role = token_for("nobody", None)
     inactive_token = token_for("gone", "viewer")
-    Token.objects.get(key=inactive_token).user.__class__.objects.filter(username="gone").update(
-        is_active=False
-    )
+    get_user_model().objects.filter(username="gone").update(is_active=False)
 
     async def scenario() -> None:
         assert await connect(f"/ws/trace/?token={no_role}").connect() == (False, 4403)
@@ -602,7 +603,7 @@ def test_taking_the_right_away_stops_a_running_subscription(
 
 
 def test_a_role_taken_away_is_noticed_at_the_next_subscribe(orders: Broker, token: str) -> None:
-    user = Token.objects.select_related("user").get(key=token).user
+    user = ApiToken.objects.select_related("user").get(digest=digest(token)).user
 
     async def scenario() -> None:
         comm = connect(f"/ws/trace/?token={token}")

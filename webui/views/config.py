@@ -1,5 +1,6 @@
 """``/config/``: RocketMQ's config documents (topics.json, subscriptionGroup.json,
-consumerOffset.json): view, download, and (admins) upload to replace a whole table."""
+consumerOffset.json): view and download (``DESCRIBE`` on the cluster: viewers and up), and
+upload to replace a whole table (``ALTER`` on the cluster: admins)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from api import audit
-from api.roles import ADMIN
+from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import MQError
 from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.jsonfile import loads_fastjson
-from webui.access import console_page, get_broker
+from webui.access import console_page, get_broker, may, require
 from webui.views.common import checkbox
 
 DOCUMENTS = {
@@ -90,12 +91,14 @@ def _documents(broker: Broker) -> list[dict[str, Any]]:
     return docs
 
 
-@console_page(write_role=ADMIN)
+@console_page(read_role=None, write_role=None)
 def config_page(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
+    require(request, Operation.DESCRIBE, Resource.cluster())
     errors: dict[str, str] = {}
     target = ""
     if request.method == "POST":
+        require(request, Operation.ALTER, Resource.cluster())
         target = request.POST.get("document", "")
         manager = _manager(broker, target)
         upload = request.FILES.get("file")
@@ -144,13 +147,20 @@ def config_page(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "webui/config.html",
-        {"section": "config", "documents": _documents(broker), "errors": errors, "target": target},
+        {
+            "section": "config",
+            "documents": _documents(broker),
+            "errors": errors,
+            "target": target,
+            "may_import": may(request, Operation.ALTER, Resource.cluster()),
+        },
         status=400 if errors else 200,
     )
 
 
-@console_page()
+@console_page(read_role=None)
 def config_download(request: HttpRequest, document: str) -> HttpResponse:
+    require(request, Operation.DESCRIBE, Resource.cluster())
     text = _manager(get_broker(), document).to_document()
     response = HttpResponse(text.encode("utf-8"), content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{document}"'

@@ -3,6 +3,8 @@ dry-run preview, and the dead-letter queue with resend.
 
 Input is checked by the REST API's serializers; every change goes to the audit log with the
 API's action names (``group.create``, ``group.offsets.reset``, ``message.dlq_resend`` ...).
+What the user may see and do is the authorizer's (:mod:`webui.access`); creating and
+editing a group's settings stay the operator role's, as over REST.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from api import audit
-from api.roles import OPERATOR
+from api.roles import OPERATOR, has_role
 from api.serializers.groups import (
     GroupCreateSerializer,
     GroupUpdateSerializer,
@@ -27,11 +29,20 @@ from api.serializers.groups import (
     plan_dict,
 )
 from api.serializers.messages import send_result
+from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker, GroupInfo
+from mqcore.broker.copies import find as find_copy
 from mqcore.errors import MQError
 from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
 from mqcore.store.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
-from webui.access import console_page, get_broker
+from webui.access import (
+    console_page,
+    describable_groups,
+    describable_topics,
+    get_broker,
+    may,
+    require,
+)
 from webui.format import format_pairs, parse_pairs
 from webui.search import parse_time, row
 from webui.views.common import checkbox, mq_errors, submit_form, validate
@@ -73,12 +84,14 @@ def _dlq_count(broker: Broker, group: str) -> int | None:
     return broker.topic_status(name).message_count
 
 
-@console_page()
+@console_page(read_role=None)
 def group_list(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
     q = request.GET.get("q", "").strip()
     show_system = request.GET.get("system") == "1"
     groups = [g for g in broker.list_groups() if show_system or not g.system]
+    shown = set(describable_groups(request, [g.name for g in groups]))
+    groups = [g for g in groups if g.name in shown]
     if q:
         groups = [g for g in groups if q.lower() in g.name.lower()]
     page = Paginator(groups, PAGE_SIZE).get_page(request.GET.get("page"))
@@ -93,8 +106,11 @@ def group_list(request: HttpRequest) -> HttpResponse:
                 "info": info,
                 "lag": lag.total_lag,
                 "lag_ms": lag.max_lag_ms,
-                "topics": sorted({q.topic for q in lag.queues}),
-                "dlq": _dlq_count(broker, info.name),
+                "topics": describable_topics(request, sorted({q.topic for q in lag.queues})),
+                # Shown (and linked) only to who may read the dead letters.
+                "dlq": _dlq_count(broker, info.name)
+                if may(request, Operation.READ, Resource.topic(dlq_topic_name(info.name)))
+                else None,
             }
         )
     return render(
@@ -208,6 +224,7 @@ def group_create(request: HttpRequest) -> HttpResponse:
 @console_page(read_role=OPERATOR)
 def group_edit(request: HttpRequest, name: str) -> HttpResponse:
     broker = get_broker()
+    require(request, Operation.DESCRIBE, Resource.group(name))
     info = broker.get_group(name)
     errors: dict[str, str] = {}
     if request.method == "POST":
@@ -226,9 +243,10 @@ def group_edit(request: HttpRequest, name: str) -> HttpResponse:
     return _form_page(request, info, errors)
 
 
-@console_page(read_role=OPERATOR)
+@console_page(read_role=None, write_role=None)
 def group_delete(request: HttpRequest, name: str) -> HttpResponse:
     broker = get_broker()
+    require(request, Operation.DELETE, Resource.group(name))
     info = broker.get_group(name)
     error = ""
     if request.method == "POST":
@@ -253,11 +271,17 @@ def group_delete(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
-@console_page()
+@console_page(read_role=None)
 def group_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """The group's lag on the topics the user may describe (Kafka's OffsetFetch leaves the
+    others out the same way)."""
     broker = get_broker()
+    group = Resource.group(name)
+    require(request, Operation.DESCRIBE, group)
     info = broker.get_group(name)
     lag = lag_dict(broker.group_lag(name))
+    shown = set(describable_topics(request, [t["topic"] for t in lag["topics"]]))
+    lag["topics"] = [t for t in lag["topics"] if t["topic"] in shown]
     retry = retry_topic_name(name)
     retry_count = (
         broker.topic_status(retry).message_count
@@ -274,6 +298,12 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
             "dlq_count": _dlq_count(broker, name),
             "retry_topic": retry,
             "retry_count": retry_count,
+            "allowed": {
+                "reset": may(request, Operation.READ, group),
+                "edit": has_role(request.user, OPERATOR),
+                "delete": may(request, Operation.DELETE, group),
+                "dlq": may(request, Operation.READ, Resource.topic(dlq_topic_name(name))),
+            },
         },
     )
 
@@ -305,13 +335,16 @@ def _reset_input(post: QueryDict, now_ms: int) -> tuple[dict[str, Any], dict[str
     return data, errors
 
 
-@console_page(read_role=OPERATOR)
+@console_page(read_role=None, write_role=None)
 def group_reset(request: HttpRequest, name: str) -> HttpResponse:
     """GET the form; POST ``action=preview`` (dry run: a table of old → new offsets per
-    queue) or ``action=apply`` (commit, then back to the group)."""
+    queue) or ``action=apply`` (commit, then back to the group). ``READ`` on the group (a
+    reset is a commit, Kafka's group read) and ``DESCRIBE`` on the topic."""
     broker = get_broker()
+    require(request, Operation.READ, Resource.group(name))
     info = broker.get_group(name)
     topics = sorted({q.topic for q in broker.group_lag(name).queues} | set(info.topics))
+    topics = describable_topics(request, topics)
     source = request.POST if request.method == "POST" else request.GET
     values = {
         "topic": source.get("topic", topics[0] if topics else ""),
@@ -329,6 +362,7 @@ def group_reset(request: HttpRequest, name: str) -> HttpResponse:
         if not errors:
             valid, errors = validate(ResetSerializer, data | {"dry_run": not apply})
             if valid is not None:
+                require(request, Operation.DESCRIBE, Resource.topic(valid["topic"]))
                 offsets = valid.get("offsets")
                 try:
                     result = broker.reset_offsets(
@@ -372,7 +406,9 @@ def group_reset(request: HttpRequest, name: str) -> HttpResponse:
                         )
                         return redirect("webui:group", name=name)
                     plans = [plan_dict(p) | {"delta": p.lag_after - p.lag_before} for p in result]
-    all_topics = [t.name for t in broker.list_topics(include_system=False)]
+    all_topics = describable_topics(
+        request, [t.name for t in broker.list_topics(include_system=False)]
+    )
     return render(
         request,
         "webui/group_reset.html",
@@ -397,29 +433,47 @@ def group_reset(request: HttpRequest, name: str) -> HttpResponse:
 # -- dead letters ---------------------------------------------------------------------------
 
 
-def _dlq_row(message: Any) -> dict[str, Any]:
-    data = row(message)
+def _origin_topic(message: Any) -> str:
     props = message.properties
-    data["origin_topic"] = (
-        props.get(PROPERTY_DLQ_ORIGIN_TOPIC) or props.get(PROPERTY_RETRY_TOPIC) or ""
-    )
+    return str(props.get(PROPERTY_DLQ_ORIGIN_TOPIC) or props.get(PROPERTY_RETRY_TOPIC) or "")
+
+
+def _dlq_row(request: HttpRequest, message: Any) -> dict[str, Any]:
+    data = row(message)
+    data["origin_topic"] = origin = _origin_topic(message)
+    data["may_resend"] = bool(origin) and may(request, Operation.WRITE, Resource.topic(origin))
     return data
 
 
-@console_page()
+def _require_resend(request: HttpRequest, broker: Broker, dlq: str, ids: list[str]) -> None:
+    """``WRITE`` on the original topic of each message to resend (found in the DLQ; one not
+    there is left to the broker's own error)."""
+    for msg_id in ids:
+        message = find_copy(broker.reader, msg_id, dlq)
+        origin = _origin_topic(message) if message is not None else ""
+        if origin:
+            require(request, Operation.WRITE, Resource.topic(origin))
+
+
+@console_page(read_role=None, write_role=None)
 def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
-    """The group's dead letters (``%DLQ%<group>``), oldest first, 50 a page; operators can
-    resend selected ones to their original topic (POST ``msg_id`` list)."""
+    """The group's dead letters (``%DLQ%<group>``: ``READ`` on it), oldest first, 50 a page;
+    selected ones can be resent to their original topic (``WRITE`` on it; POST ``msg_id``
+    list: nothing is resent unless every one may be)."""
     broker = get_broker()
-    info = broker.get_group(name)
     topic = dlq_topic_name(name)
+    require(request, Operation.DESCRIBE, Resource.group(name))
+    require(request, Operation.READ, Resource.topic(topic))
+    info = broker.get_group(name)
     exists = broker.metadata.topics.get(topic) is not None
     outcomes: list[dict[str, Any]] = []
     if request.method == "POST":
-        ids = request.POST.getlist("msg_id")
+        ids = request.POST.getlist("msg_id")[:DLQ_PAGE]
         if not ids:
             messages.warning(request, "Select the messages to resend first.")
-        for msg_id in ids[:DLQ_PAGE]:
+        if exists:
+            _require_resend(request, broker, topic, ids)
+        for msg_id in ids:
             try:
                 result = broker.resend_from_dlq(name, msg_id)
             except MQError as exc:
@@ -441,7 +495,7 @@ def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
         except MQError as exc:
             error = str(exc)
         else:
-            rows = [_dlq_row(m) for m in page.messages]
+            rows = [_dlq_row(request, m) for m in page.messages]
             next_cursor = page.next_cursor
     return render(
         request,
@@ -452,6 +506,7 @@ def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
             "dlq_topic": topic,
             "exists": exists,
             "rows": rows,
+            "may_resend": any(r["may_resend"] for r in rows),
             "next_cursor": next_cursor,
             "first_page": cursor is None,
             "outcomes": outcomes,

@@ -1,6 +1,10 @@
 """``/messages/``: search (by id, key, topic + time, queue + offset), the streamed results, and
 one message's detail with each group's consume status.
 
+Each needs ``READ`` on the message's topic (:mod:`webui.access`): a search naming a topic
+the user may not read is refused, one without a topic finds only readable topics' messages,
+and the topic select lists the topics the user may describe.
+
 Without JavaScript the search page runs the search and renders the results. With it, the
 form streams them from ``/messages/stream/`` (one JSON event per line, see
 :mod:`webui.search`) and the table fills in with a progress bar.
@@ -23,14 +27,14 @@ from django.http import (
 )
 from django.shortcuts import redirect, render
 
-from api.roles import VIEWER, has_role
 from cairn import runtime
+from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import NotFoundError
 from mqcore.message import MessageExt
 from mqcore.store.properties import is_system_property
-from webui import search
-from webui.access import console_page, get_broker
+from webui import access, search
+from webui.access import Refused, console_page, describable_topics, get_broker, may, require
 from webui.format import body_views
 
 BATCH_MAX_EVENTS = 100
@@ -43,8 +47,17 @@ TABS = (
 )
 
 
-def _topic_names(broker: Broker) -> list[str]:
-    return [t.name for t in broker.list_topics(include_system=False)]
+def _topic_names(request: HttpRequest, broker: Broker) -> list[str]:
+    return describable_topics(request, [t.name for t in broker.list_topics(include_system=False)])
+
+
+def _reader(request: HttpRequest) -> search.TopicCheck:
+    return lambda topic: may(request, Operation.READ, Resource.topic(topic))
+
+
+def _require_read(request: HttpRequest, query: search.SearchQuery) -> None:
+    if query.topic and query.mode != "id":
+        require(request, Operation.READ, Resource.topic(query.topic))
 
 
 def _form_values(
@@ -68,11 +81,13 @@ def _form_values(
     }
 
 
-@console_page()
+@console_page(read_role=None)
 def message_search(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
     now = broker.clock.now_ms()
     query, errors = search.parse_query(request.GET, now)
+    if query is not None:
+        _require_read(request, query)
     mode = request.GET.get("mode") or request.GET.get("tab") or "key"
     if mode not in search.MODES:
         mode = "key"
@@ -80,7 +95,7 @@ def message_search(request: HttpRequest) -> HttpResponse:
     done: dict[str, Any] | None = None
     error = ""
     if query is not None:
-        for event in search.run(broker, query):
+        for event in search.run(broker, query, _reader(request)):
             if event["type"] == "message":
                 results.append(event["message"])
             elif event["type"] == "done":
@@ -99,7 +114,7 @@ def message_search(request: HttpRequest) -> HttpResponse:
             "query": query,
             "errors": errors,
             "values": _form_values(request, query, now),
-            "topics": _topic_names(broker),
+            "topics": _topic_names(request, broker),
             "results": results,
             "done": done,
             "error": error,
@@ -128,7 +143,7 @@ async def message_stream(request: HttpRequest) -> HttpResponse:
     user = await request.auser()
     if not user.is_authenticated:
         return JsonResponse({"detail": "log in first"}, status=401)
-    if not await sync_to_async(has_role)(user, VIEWER):
+    if not await sync_to_async(access.may_enter)(request):
         return JsonResponse({"detail": "your account has no console role"}, status=403)
     broker = runtime.current().broker
     if broker is None or not broker.started:
@@ -138,7 +153,11 @@ async def message_stream(request: HttpRequest) -> HttpResponse:
         return JsonResponse(
             {"detail": "invalid search", "errors": errors or {"mode": "required"}}, status=400
         )
-    events = search.run(broker, query)
+    try:
+        await sync_to_async(_require_read)(request, query)
+    except Refused as exc:
+        return JsonResponse({"detail": f"not allowed: {exc.what}: {exc.reason}"}, status=403)
+    events = search.run(broker, query, _reader(request))
 
     async def lines() -> AsyncIterator[bytes]:
         while True:
@@ -177,10 +196,16 @@ SYSTEM_FIELDS = (
 )
 
 
-@console_page()
+def _readable(request: HttpRequest, broker: Broker, msg_id: str) -> MessageExt:
+    message = _find(broker, msg_id)
+    require(request, Operation.READ, Resource.topic(message.topic))
+    return message
+
+
+@console_page(read_role=None)
 def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
     broker = get_broker()
-    message = _find(broker, msg_id)
+    message = _readable(request, broker, msg_id)
     view = broker.view_message(message.offset_msg_id)
     props = message.properties
     system_props = sorted((k, v) for k, v in props.items() if is_system_property(k))
@@ -193,7 +218,11 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
             "m": message,
             "view": view,
             "home_topic": view.topic if view else message.topic,
-            "statuses": view.statuses if view else (),
+            "statuses": [
+                status
+                for status in (view.statuses if view else ())
+                if may(request, Operation.DESCRIBE, Resource.group(status.group))
+            ],
             "fields": [(label, getattr(message, attr)) for label, attr in SYSTEM_FIELDS],
             "system_props": system_props,
             "user_props": user_props,
@@ -201,14 +230,17 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
             "keys": message.keys,
             "broker_name": broker.broker_name,
             "trace_begin": max(0, message.store_timestamp - 60_000),
+            "may_resend": may(request, Operation.WRITE, Resource.topic(view.topic))
+            if view
+            else False,
         },
     )
 
 
-@console_page()
+@console_page(read_role=None)
 def message_body(request: HttpRequest, msg_id: str) -> HttpResponse:
     """The raw body as a download."""
-    message = _find(get_broker(), msg_id)
+    message = _readable(request, get_broker(), msg_id)
     response = HttpResponse(message.body, content_type="application/octet-stream")
     response["Content-Disposition"] = f'attachment; filename="{message.msg_id}.bin"'
     return response

@@ -27,7 +27,7 @@ from api.serializers import tiered
 from api.serializers.health import AcknowledgeSerializer, health_dict
 from cairn import runtime
 from mqcore.broker import Broker
-from webui.access import console_page, get_broker
+from webui.access import console_page, describable_groups, describable_topics, get_broker
 from webui.metrics import sampler
 from webui.views.common import validate
 
@@ -47,12 +47,15 @@ SERVICES = (
 )
 
 
-def lag_leaders(broker: Broker) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The groups and the topics with the most unconsumed messages (top 5 each)."""
+def lag_leaders(
+    broker: Broker, shown_groups: set[str], shown_topics: set[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The groups and the topics with the most unconsumed messages (top 5 each), of those
+    the user may describe."""
     groups = []
     topics: dict[str, dict[str, Any]] = {}
     for info in broker.list_groups():
-        if info.system:
+        if info.system or info.name not in shown_groups:
             continue
         lag = broker.group_lag(info.name)
         groups.append(
@@ -65,6 +68,8 @@ def lag_leaders(broker: Broker) -> tuple[list[dict[str, Any]], list[dict[str, An
         )
         per_topic: dict[str, tuple[int, int]] = {}
         for q in lag.queues:
+            if q.topic not in shown_topics:
+                continue
             count, age = per_topic.get(q.topic, (0, 0))
             per_topic[q.topic] = (count + q.lag, max(age, q.lag_ms))
         for topic, (count, age) in per_topic.items():
@@ -174,17 +179,21 @@ def health_context(broker: Broker) -> dict[str, Any]:
     }
 
 
-def overview_context() -> dict[str, Any]:
+def overview_context(request: HttpRequest) -> dict[str, Any]:
     rt = runtime.current()
     broker = get_broker()
     sampler.start()
     states = rt.service_states()
     status = broker.status(states)
-    top_groups, top_topics = lag_leaders(broker)
+    topics = describable_topics(request, [t.name for t in broker.list_topics()])
+    groups = describable_groups(request, [g.name for g in broker.list_groups()])
+    top_groups, top_topics = lag_leaders(broker, set(groups), set(topics))
     health = rt.health()
     return {
-        "topic_count": len(broker.list_topics(include_system=False)),
-        "group_count": sum(1 for g in broker.list_groups() if not g.system),
+        "topic_count": sum(
+            1 for t in broker.list_topics(include_system=False) if t.name in set(topics)
+        ),
+        "group_count": sum(1 for g in broker.list_groups() if not g.system and g.name in groups),
         "section": "overview",
         "status": status,
         "health": health,
@@ -199,13 +208,13 @@ def overview_context() -> dict[str, Any]:
     }
 
 
-@console_page()
+@console_page(read_role=None)
 def overview(request: HttpRequest) -> HttpResponse:
     partial = request.GET.get("partial")
     if partial == "health":
         return render(request, "webui/overview.html#health", health_context(get_broker()))
     template = "webui/overview.html#live" if partial == "live" else "webui/overview.html"
-    return render(request, template, overview_context())
+    return render(request, template, overview_context(request))
 
 
 @require_POST

@@ -1,7 +1,9 @@
 """``/topics/``: list with search, create, edit, delete, per-queue offsets, send a message.
 
 Input is checked by the REST API's serializers (same rules and messages as ``/api/v1``) and
-every change is written to the audit log with the API's action names.
+every change is written to the audit log with the API's action names. What the user may see
+and do is the authorizer's (:mod:`webui.access`): lists show the topics it may describe, the
+topic page the buttons it may use.
 """
 
 from __future__ import annotations
@@ -17,17 +19,29 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from api import audit
-from api.roles import OPERATOR
 from api.serializers import tiered
 from api.serializers.messages import MessageInSerializer, message_from, send_result
 from api.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer, topic_settings
 from api.views.messages import born_host
 from cairn import runtime
+from mqcore.access.model import Operation, Resource, ResourceType
 from mqcore.broker import Broker, TopicInfo
 from mqcore.broker.view import subscribed_groups
 from mqcore.errors import MQError, NotFoundError
 from mqcore.metadata.topics import MAX_QUEUE_NUMS, TOPIC_FILTER_TYPES
-from webui.access import console_page, get_broker
+from webui.access import (
+    Refused,
+    console_page,
+    decide,
+    describable_groups,
+    describable_topics,
+    describe,
+    get_broker,
+    may,
+    may_create_some,
+    require,
+    role_needed,
+)
 from webui.format import format_pairs, human_duration_ms, parse_pairs
 from webui.views.common import checkbox, mq_errors, submit_form, validate
 
@@ -60,12 +74,14 @@ def _topic_row(broker: Broker, info: TopicInfo) -> dict[str, Any] | None:
     }
 
 
-@console_page()
+@console_page(read_role=None)
 def topic_list(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
     q = request.GET.get("q", "").strip()
     kind = request.GET.get("kind", "")
     topics = broker.list_topics()
+    shown = set(describable_topics(request, [t.name for t in topics]))
+    topics = [t for t in topics if t.name in shown]
     counts = {k: sum(1 for t in topics if t.kind == k) for k in KINDS}
     if kind in KINDS:
         topics = [t for t in topics if t.kind == kind]
@@ -87,6 +103,7 @@ def topic_list(request: HttpRequest) -> HttpResponse:
             "kind": kind,
             "counts": counts,
             "total": len(topics),
+            "may_create": may_create_some(request, ResourceType.TOPIC),
         },
     )
 
@@ -151,14 +168,26 @@ def _form_context(info: TopicInfo | None, post: QueryDict | None) -> dict[str, A
     }
 
 
-@console_page(read_role=OPERATOR)
+def _require_some_create(request: HttpRequest) -> None:
+    if not may_create_some(request, ResourceType.TOPIC):
+        cluster = Resource.cluster()
+        reason = decide(request, Operation.CREATE, cluster).reason
+        raise Refused(
+            describe(Operation.CREATE, cluster), reason, role_needed(Operation.CREATE, cluster.type)
+        )
+
+
+@console_page(read_role=None, write_role=None)
 def topic_create(request: HttpRequest) -> HttpResponse:
+    """``CREATE`` on the cluster, or on the topic's name (an allow entry for ``orders.``*)."""
     broker = get_broker()
+    _require_some_create(request)
     errors: dict[str, str] = {}
     if request.method == "POST":
 
         def create(valid: dict[str, Any]) -> HttpResponse:
             name = valid.pop("name")
+            require(request, Operation.CREATE, Resource.cluster(), Resource.topic(name))
             info = broker.create_topic(name, **valid)
             audit.record(request, "topic.create", "topic", name, new=topic_settings(info))
             messages.success(request, f"Topic {name} created.")
@@ -173,9 +202,10 @@ def topic_create(request: HttpRequest) -> HttpResponse:
     return render(request, "webui/topic_form.html", context, status=400 if errors else 200)
 
 
-@console_page(read_role=OPERATOR)
+@console_page(read_role=None, write_role=None)
 def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
     broker = get_broker()
+    require(request, Operation.ALTER, Resource.topic(name))
     info = broker.get_topic(name)
     errors: dict[str, str] = {}
     if request.method == "POST":
@@ -196,9 +226,10 @@ def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "webui/topic_form.html", context, status=400 if errors else 200)
 
 
-@console_page(read_role=OPERATOR)
+@console_page(read_role=None, write_role=None)
 def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
     broker = get_broker()
+    require(request, Operation.DELETE, Resource.topic(name))
     info = broker.get_topic(name)
     status = broker.topic_status(name)
     groups = subscribed_groups(broker.metadata, name)
@@ -242,12 +273,13 @@ def _delay_choices(broker: Broker) -> list[tuple[int, str]]:
     ]
 
 
-def _topic_context(broker: Broker, info: TopicInfo) -> dict[str, Any]:
+def _topic_context(request: HttpRequest, broker: Broker, info: TopicInfo) -> dict[str, Any]:
     status = broker.topic_status(info.name)
     rt = runtime.current()
     tier = {row["queue_id"]: row for row in tiered.queue_rows(rt, info.name)}
     groups = []
-    for group in subscribed_groups(broker.metadata, info.name):
+    topic = Resource.topic(info.name)
+    for group in describable_groups(request, subscribed_groups(broker.metadata, info.name)):
         try:
             lag = broker.group_lag(group, info.name)
         except NotFoundError:
@@ -278,14 +310,21 @@ def _topic_context(broker: Broker, info: TopicInfo) -> dict[str, Any]:
         "delay_choices": _delay_choices(broker),
         "send": _send_form_defaults(),
         "send_errors": {},
+        "allowed": {
+            "read": may(request, Operation.READ, topic),
+            "write": may(request, Operation.WRITE, topic),
+            "alter": may(request, Operation.ALTER, topic),
+            "delete": may(request, Operation.DELETE, topic),
+        },
     }
 
 
-@console_page()
+@console_page(read_role=None)
 def topic_detail(request: HttpRequest, name: str) -> HttpResponse:
     broker = get_broker()
+    require(request, Operation.DESCRIBE, Resource.topic(name))
     info = broker.get_topic(name)
-    return render(request, "webui/topic.html", _topic_context(broker, info))
+    return render(request, "webui/topic.html", _topic_context(request, broker, info))
 
 
 def _send_data(post: QueryDict) -> tuple[dict[str, Any], dict[str, str]]:
@@ -314,10 +353,11 @@ def _send_data(post: QueryDict) -> tuple[dict[str, Any], dict[str, str]]:
     return data, errors
 
 
-@console_page(read_role=OPERATOR)
+@console_page(read_role=None, write_role=None)
 def topic_send(request: HttpRequest, name: str) -> HttpResponse:
-    """POST: send one message to the topic; the page shows where it was stored."""
+    """POST: send one message to the topic (``WRITE``); the page shows where it was stored."""
     broker = get_broker()
+    require(request, Operation.WRITE, Resource.topic(name))
     info = broker.get_topic(name)
     if request.method != "POST":
         return redirect("webui:topic", name=name)
@@ -351,7 +391,7 @@ def topic_send(request: HttpRequest, name: str) -> HttpResponse:
                     ),
                 )
                 return redirect(reverse("webui:topic", args=[name]) + "#send")
-    context = _topic_context(broker, info)
+    context = _topic_context(request, broker, info)
     context["send"] = {k: request.POST.get(k, v) for k, v in _send_form_defaults().items()}
     context["send_errors"] = errors
     return render(request, "webui/topic.html", context, status=400)

@@ -25,7 +25,7 @@ from webui.trace import (
 DEFAULT_LOOKBACK_MS = 3600 * 1000
 
 
-@console_page()
+@console_page(read_role=None)
 def trace_page(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
     now = broker.clock.now_ms()

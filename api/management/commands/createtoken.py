@@ -1,67 +1,74 @@
-"""``python manage.py createtoken USERNAME --role viewer|operator|admin``.
+"""``python manage.py createtoken USERNAME [--role viewer|operator|admin] [--name N]
+[--expires-days D] [--rotate]``.
 
-Creates the user if needed (with no password: it can use only the token), gives it the role,
-and prints the user's API token alone on the last line, so scripts can take it with
-``| tail -n1``. An existing token is printed again unless ``--rotate`` replaces it. Programs
-send it as ``Authorization: Token <token>``.
+Creates the user if needed (with no password: it can use only its tokens), gives it the role,
+issues a new API token and prints it alone on the last line, once (only its hash is kept), so
+scripts can take it with ``| tail -n1``. ``--rotate`` revokes the user's other tokens.
+Programs send it as ``Authorization: Token <token>``; Kafka clients as the user's SASL
+password (PLAIN or SCRAM).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
-from rest_framework.authtoken.models import Token
+from django.utils import timezone
 
-from api import audit
-from api.roles import ROLES, role_of, set_role
+from accounts import service
+from api.roles import ROLES, role_of
+from mqcore.access.authorizer import Subject
+from mqcore.errors import MQError
+
+ACTOR = Subject("manage.py createtoken", "admin", "*", "command")
 
 
 class Command(BaseCommand):
     help = (
-        "Create (or reuse) an API token for USERNAME, creating the user if needed, and print "
-        "the token alone on the last line. --role sets the user's role (new users default "
-        "to viewer)."
+        "Issue a new API token for USERNAME, creating the user if needed, and print the token "
+        "alone on the last line (once: only its hash is kept). --role sets the user's role "
+        "(new users default to viewer)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("--role", choices=ROLES, help="viewer, operator or admin")
+        parser.add_argument("--name", default="createtoken", help="the token's name")
         parser.add_argument(
-            "--rotate", action="store_true", help="replace an existing token with a new one"
+            "--expires-days", type=int, default=None, help="the token expires after this many days"
         )
+        parser.add_argument("--rotate", action="store_true", help="revoke the user's other tokens")
 
     def handle(self, *args: Any, **options: Any) -> None:
         username: str = options["username"].strip()
         if not username or len(username) > 150:
             raise CommandError("USERNAME must be 1 to 150 characters")
-        users = get_user_model()
-        with transaction.atomic():
-            user, created = users.objects.get_or_create(username=username)
-            if created:
-                user.set_unusable_password()
-                user.save()
-            old_role = None if created else role_of(user)
-            role = options["role"] or (None if not created else "viewer")
-            if role is not None and not user.is_superuser:
-                set_role(user, role)
-            if options["rotate"]:
-                Token.objects.filter(user=user).delete()
-            token, token_created = Token.objects.get_or_create(user=user)
-            audit.record(
-                None,
-                "user.token" if not created else "user.create",
-                "user",
-                username,
-                old=None if created else {"role": old_role},
-                new={"role": role_of(user), "token": "issued" if token_created else "reused"},
-                username="manage.py createtoken",
-            )
+        days = options["expires_days"]
+        if days is not None and days < 1:
+            raise CommandError("--expires-days must be at least 1")
+        expires = timezone.now() + timedelta(days=days) if days else None
+        try:
+            with transaction.atomic():
+                try:
+                    user = service.get_user(username)
+                    created = False
+                except MQError:
+                    user = service.create_user(ACTOR, username, options["role"] or "viewer")
+                    created = True
+                if not created and options["role"] and not user.is_superuser:
+                    user = service.set_role(ACTOR, username, options["role"])
+                if options["rotate"]:
+                    for token in service.list_tokens(username):
+                        if token.revoked is None:
+                            service.revoke_token(ACTOR, token.pk)
+                issued = service.issue_token(ACTOR, username, options["name"], expires)
+        except MQError as exc:
+            raise CommandError(str(exc)) from None
         what = "created user" if created else "user"
         self.stdout.write(
-            f"{what} {username!r}, role {role_of(user) or 'none'}; "
-            f"{'new' if token_created else 'existing'} token:"
+            f"{what} {username!r}, role {role_of(user) or 'none'}; new token "
+            f"{options['name']!r} (shown only now):"
         )
-        self.stdout.write(token.key)
+        self.stdout.write(issued.text)

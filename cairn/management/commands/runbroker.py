@@ -15,8 +15,8 @@ status 1) and daphne's connections are wrapped in Twisted's TLS (see :class:`_Se
 The Kafka listener speaks TLS with the same pair (SSL and SASL_SSL; client certificates
 from ``CAIRN_TLS_CA``) and authenticates under ``CAIRN_KAFKA_AUTH`` (``cairn.env.kafka_auth``:
 a non-loopback Kafka host with ``optional`` is refused before anything starts, one line, exit
-status 1). The accounts store it checks logins against is the runtime's ``access`` when it
-has one; without it the listener knows no users (anonymous and policy only).
+status 1). It checks logins and authorizes against the runtime's accounts store
+(``BrokerRuntime.access``).
 On a WebSocket message above ``webui.routing.MAX_MESSAGE_BYTES`` daphne drops the connection.
 """
 
@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import secrets
 import ssl
 import sys
+from pathlib import Path
 from typing import Any
 
 # Daphne installs Twisted's asyncio reactor at import; it must come before anything that
@@ -84,7 +86,8 @@ class Command(BaseCommand):
         "Start the Cairn broker: the REST API, the console and the live-trace WebSocket over "
         "HTTP, and the in-process background services, from one process. Applies pending "
         "migrations and, on first start, creates an 'admin' account with a random password "
-        "that it prints once. Stop it with Ctrl-C or SIGTERM."
+        "written to first-admin-password in the data dir (mode 600). Stop it with Ctrl-C or "
+        "SIGTERM."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -107,10 +110,12 @@ class Command(BaseCommand):
         kafka_config = self._kafka_config(kafka_port) if kafka_port else None
         kafka_tls = self._kafka_tls(credentials) if kafka_config is not None else None
 
+        _protect_data_dir()
         call_command("migrate", interactive=False, verbosity=0)
-        self._ensure_admin(host, port)
+        self._ensure_admin(scheme, host, port)
 
         rt = runtime.current()
+        rt.warm_access()
         try:
             rt.start()
         except MQError as exc:
@@ -208,21 +213,15 @@ class Command(BaseCommand):
         from twisted.internet import defer, reactor
 
         host, port = config.host, config.port
-        # The accounts store: the runtime's when it has one (the Django accounts app);
-        # otherwise the listener's own empty one (no users: anonymous and certificates only).
-        access = getattr(rt, "access", None)
-        if access is None and config.auth != "none":
-            self._say(
-                "WARNING: the Kafka listener has no accounts store yet: no SASL login can "
-                "succeed" + (" and every client is refused" if config.auth == "required" else "")
-            )
         # Unknown users' fake SCRAM salts must not change across restarts (a real user's do
         # not): made from the secret key, never equal to anything else derived from it.
         fake_key = hashlib.sha256(b"cairn.kafka.scram-fake-salt\0" + settings.SECRET_KEY.encode())
         listener = KafkaListener(
             rt.broker,
             config,
-            access=access,
+            # Users, SCRAM credentials, ACL entries, lockouts and the audit log: the accounts
+            # store every front end shares (cairn.runtime; warmed before serving).
+            access=rt.access,
             ssl_context=ssl_context,
             scram_fake_key=fake_key.digest(),
         )
@@ -261,25 +260,59 @@ class Command(BaseCommand):
         self.stdout.write(text)
         self.stdout.flush()
 
-    def _ensure_admin(self, host: str, port: int) -> None:
-        """Create the first admin with a random password, printed once (never a fixed one)."""
+    def _ensure_admin(self, scheme: str, host: str, port: int) -> None:
+        """Create the first admin with a random password, written to a file only the
+        broker's user may read (never printed: stdout ends up in logs)."""
         users = get_user_model()
         if users.objects.filter(is_superuser=True).exists():
             return
-        password = secrets.token_urlsafe(12)
+        password = secrets.token_urlsafe(16)
         users.objects.create_superuser("admin", email="", password=password)
+        path = write_private(settings.DATA_DIR / FIRST_PASSWORD_FILE, password + "\n")
         url_host = f"[{host}]" if ":" in host else host
         self.stdout.write(
             "\n".join(
                 [
                     "",
-                    "First start: created the administrator account.",
-                    f"  log in at http://{url_host}:{port}/login/",
-                    "  user:     admin",
-                    f"  password: {password}",
-                    "It is shown only now. Change it with: python manage.py changepassword admin",
+                    "First start: created the administrator account 'admin'.",
+                    f"  its password is in {path} (readable only by this user)",
+                    f"  log in at {scheme}://{url_host}:{port}/login/ and change it; then",
+                    "  delete the file. Lost it? python manage.py changepassword admin",
                     "",
                 ]
             )
         )
         sys.stdout.flush()
+
+
+#: In the data dir: the first admin's password (mode 600).
+FIRST_PASSWORD_FILE = "first-admin-password"
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write ``text`` to a new file that only this user may read or write (mode 600 from
+    the start: never a moment with wider permissions). Replaces an older file."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    return path
+
+
+def _protect_data_dir() -> None:
+    """The data dir holds the database (users, token hashes, SCRAM keys), the secret key
+    and the first admin's password: mode 700, and an SQLite database file mode 600, made so
+    before SQLite creates it (SQLite gives its -wal and -shm files the database's mode).
+    Looser modes left by an older version are tightened."""
+    data_dir = Path(settings.DATA_DIR)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.sqlite3":
+        return
+    name = Path(str(db["NAME"]))
+    if not name.exists():
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT, 0o600))
+    for path in (name, Path(f"{name}-wal"), Path(f"{name}-shm")):
+        if path.exists():
+            os.chmod(path, 0o600)

@@ -185,7 +185,9 @@ def close_failed_connects() -> None:
     (never connected; its closed producer's selector still holds them), here rather than
     in whichever test's garbage collection finds them."""
     for obj in gc.get_objects():
-        if not isinstance(obj, socket.socket) or obj.fileno() == -1:
+        # type(), not isinstance(): isinstance asks a lazy object (such as Django's admin
+        # site, imported by DRF, whose app is not installed) for __class__, which loads it.
+        if not issubclass(type(obj), socket.socket) or obj.fileno() == -1:
             continue
         if obj.family != socket.AF_INET or obj.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
             continue
