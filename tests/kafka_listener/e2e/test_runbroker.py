@@ -212,25 +212,33 @@ def test_kafka_over_tls_from_the_certificate_settings(tmp_path: Path) -> None:
         CAIRN_TLS_CERT=str(files.cert),
         CAIRN_TLS_KEY=str(files.key),
         CAIRN_TLS_CA=str(ca.path),
+        CAIRN_KAFKA_AUTH="required",
     )
     proc = start_runbroker(env)
     try:
         wait_for_port(kafka_port, 60, proc)
-        bootstrap = f"127.0.0.1:{kafka_port}"
-        secure = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "security.protocol": "ssl",
-                "ssl.ca.location": str(ca.path),
-            }
-        )
-        assert secure.list_topics(timeout=20).brokers  # anonymous over TLS (optional on loopback)
-        plain = Producer({"bootstrap.servers": bootstrap})
+        text = _read_until_kafka_line(proc)
+        password = (tmp_path / "data" / "first-admin-password").read_text().strip()
+        secure = {"bootstrap.servers": f"127.0.0.1:{kafka_port}", "ssl.ca.location": str(ca.path)}
+        # The first admin logs in with SCRAM over TLS against the accounts database.
+        for mechanism in ("SCRAM-SHA-512", "PLAIN"):
+            admin = Producer({**secure, "security.protocol": "sasl_ssl", "sasl.mechanism": mechanism,
+                              "sasl.username": "admin", "sasl.password": password})  # fmt: skip
+            assert admin.list_topics(timeout=20).brokers
+            del admin
+        wrong = Producer({**secure, "security.protocol": "sasl_ssl",
+                          "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "admin",
+                          "sasl.password": "not it"})  # fmt: skip
+        with pytest.raises(KafkaException):
+            wrong.list_topics(timeout=2)
+        anonymous = Producer({**secure, "security.protocol": "ssl"})
+        with pytest.raises(KafkaException):  # required: TLS alone is not a login
+            anonymous.list_topics(timeout=2)
+        plain = Producer({"bootstrap.servers": f"127.0.0.1:{kafka_port}"})
         with pytest.raises(KafkaException):
             plain.list_topics(timeout=2)
-        del secure, plain
-        text = _read_until_kafka_line(proc)
+        del wrong, anonymous, plain
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
-    assert f"Kafka clients: 127.0.0.1:{kafka_port} (TLS, auth optional)" in text
+    assert f"Kafka clients: 127.0.0.1:{kafka_port} (TLS, auth required)" in text
