@@ -47,8 +47,14 @@ from dataclasses import dataclass
 
 from mqcore.access.authorizer import Subject
 from mqcore.access.backend import LoginRefused, ScramUser
+from mqcore.access.scram import (
+    DEFAULT_ITERATIONS,
+    ClientFirst,
+    ScramError,
+    ScramExchange,
+    parse_first,
+)
 from mqcore.access.scram import MECHANISMS as SCRAM_MECHANISMS
-from mqcore.access.scram import ClientFirst, ScramError, ScramExchange, parse_first
 
 from .errors import ErrorCode
 from .schemas import ApiKey
@@ -130,6 +136,8 @@ class SaslSession:
         anonymous: the subject of an unauthenticated connection under ``optional``/``none``.
         reauth_ms: KIP-368 session lifetime; 0: sessions never expire.
         fake_key: the listener's secret for unknown users' fake SCRAM salts.
+        fake_iterations: the iteration count unknown users' fake exchanges announce (real
+            users' count, so that the two cannot be told apart).
         certified: the subject of a verified TLS client certificate, if any; a connection
             that asks anything but SASL first is that subject.
     """
@@ -141,12 +149,14 @@ class SaslSession:
         reauth_ms: int = 0,
         fake_key: bytes = b"",
         certified: Subject | None = None,
+        fake_iterations: int = DEFAULT_ITERATIONS,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown Kafka auth policy {policy!r}")
         self.policy = policy
         self.reauth_ms = reauth_ms
         self._fake_key = fake_key
+        self._fake_iterations = fake_iterations
         self._certified = certified
         self._anonymous = anonymous
         self.phase = Phase.START
@@ -273,7 +283,13 @@ class SaslSession:
         if refused is not None:
             return self._refused(refused.reason)
         assert self._first is not None and self.mechanism is not None
-        self._exchange = ScramExchange(self.mechanism, self._first, user, fake_key=self._fake_key)
+        self._exchange = ScramExchange(
+            self.mechanism,
+            self._first,
+            user,
+            fake_key=self._fake_key,
+            fake_iterations=self._fake_iterations,
+        )
         self.phase = Phase.SCRAM_FINAL
         return Reply(auth_bytes=self._exchange.server_first_message())
 

@@ -53,6 +53,7 @@ import ssl
 from mqcore.access.authorizer import CachedDecisions, Subject
 from mqcore.access.backend import AccessBackend
 from mqcore.access.model import WILDCARD
+from mqcore.access.scram import DEFAULT_ITERATIONS
 from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import RemoteProtocolError
@@ -151,6 +152,8 @@ class KafkaListener:
         scram_fake_key: the secret unknown users' fake SCRAM salts are made from; give a
             persistent one (runbroker derives it from the secret key) so an unknown name
             gets the same salt across restarts, as a real user does. None: random.
+        scram_fake_iterations: the iteration count those fake exchanges announce: the one
+            the accounts store derives real users' credentials with.
     """
 
     def __init__(
@@ -162,6 +165,7 @@ class KafkaListener:
         access: AccessBackend | None = None,
         ssl_context: ssl.SSLContext | None = None,
         scram_fake_key: bytes | None = None,
+        scram_fake_iterations: int = DEFAULT_ITERATIONS,
     ):
         self.config = config
         versions = supported_versions()
@@ -174,6 +178,7 @@ class KafkaListener:
         self.ssl_context = ssl_context
         # Salts of unknown users' fake SCRAM exchanges (sasl.py).
         self._fake_key = scram_fake_key or secrets.token_bytes(32)
+        self._fake_iterations = scram_fake_iterations
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -302,7 +307,14 @@ class KafkaListener:
             name = login.common_name(writer.get_extra_info("peercert"))
             if name is not None:
                 certified = await login.certificate_subject(self.ctx.access, name, host)
-        return SaslSession(config.auth, anonymous, config.reauth_ms, self._fake_key, certified)
+        return SaslSession(
+            config.auth,
+            anonymous,
+            config.reauth_ms,
+            self._fake_key,
+            certified,
+            self._fake_iterations,
+        )
 
     def _account(self, client: _Client, in_hand: int) -> None:
         """Tell the budget what ``client`` holds now; pause or resume connections."""

@@ -102,3 +102,11 @@ def test_bare_tokens_follow_a_v0_handshake_only() -> None:
     s.authenticate(b"\0alice\0pw", 0)
     s.login_result(ALICE, 0)
     assert not s.bare_tokens
+
+
+def test_an_unknown_users_exchange_announces_the_real_iteration_count() -> None:
+    s = SaslSession("required", ANONYMOUS, 0, b"k" * 32, fake_iterations=16384)
+    s.handshake(1, "SCRAM-SHA-512")
+    assert s.authenticate(b"n,,n=nobody,r=nonce", 1) == LookUpScram("SCRAM-SHA-512", "nobody")
+    first = s.scram_user_found(None, None).auth_bytes.decode()
+    assert first.startswith("r=nonce") and first.endswith(",i=16384")

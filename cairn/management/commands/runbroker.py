@@ -224,6 +224,7 @@ class Command(BaseCommand):
             access=rt.access,
             ssl_context=ssl_context,
             scram_fake_key=fake_key.digest(),
+            scram_fake_iterations=int(settings.CAIRN_ACCOUNTS["SCRAM_ITERATIONS"]),
         )
 
         def failed(failure: Any) -> None:
