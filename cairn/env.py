@@ -6,6 +6,7 @@ the README's table is written from it (``python manage.py envtable`` prints it).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,27 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CAIRN_HTTP_HOST", "127.0.0.1", "Address the HTTP/WebSocket server listens on."),
     Variable("CAIRN_HTTP_PORT", "8080", "Port of the REST API, the console and the live trace."),
     Variable(
+        "CAIRN_KAFKA_HOST",
+        "127.0.0.1",
+        "Address the Kafka listener binds (separate from `CAIRN_HTTP_HOST`; a non-loopback one needs authentication, see `CAIRN_KAFKA_AUTH`).",
+    ),
+    Variable(
         "CAIRN_KAFKA_PORT", "9092", "Port of the Kafka wire-protocol listener (0 turns it off)."
+    ),
+    Variable(
+        "CAIRN_KAFKA_AUTH",
+        "(required off loopback, optional on it)",
+        "`required`: Kafka clients authenticate (SASL PLAIN, SCRAM-SHA-256/512, or a TLS client certificate) before anything but ApiVersions; `optional`: unauthenticated clients act as `CAIRN_KAFKA_ANONYMOUS_ROLE`; `none`: SASL is not offered and every client acts as that role. A non-loopback `CAIRN_KAFKA_HOST` refuses to start with `optional`, and with `none` unless it is set explicitly.",
+    ),
+    Variable(
+        "CAIRN_KAFKA_ANONYMOUS_ROLE",
+        "operator",
+        "Role of unauthenticated Kafka clients under `optional`/`none`: `viewer`, `operator`, `admin`, or `none` (ACL entries only).",
+    ),
+    Variable(
+        "CAIRN_KAFKA_REAUTH_MS",
+        "0",
+        "Lifetime of a Kafka SASL login (Kafka's `connections.max.reauth.ms`, KIP-368): clients re-authenticate within it or are disconnected at their next request; 0 never.",
     ),
     Variable(
         "CAIRN_KAFKA_ADVERTISED_HOST",
@@ -103,6 +124,11 @@ VARIABLES: tuple[Variable, ...] = (
         "CAIRN_TLS_KEY",
         "(unset)",
         "PEM file: the certificate's private key (unencrypted; keep it mode 600).",
+    ),
+    Variable(
+        "CAIRN_TLS_CA",
+        "(unset)",
+        "PEM file of the CA(s) Kafka client certificates must chain to (needs `CAIRN_TLS_CERT`): a client that sends a verified certificate acts as the Cairn user its subject CN names.",
     ),
     Variable(
         "CAIRN_HSTS_SECONDS",
@@ -371,6 +397,62 @@ def tls_files() -> tuple[Path, Path] | None:
             "(TLS needs the certificate and its private key)"
         )
     return (BASE_DIR / cert).resolve(), (BASE_DIR / key).resolve()
+
+
+def tls_ca() -> Path | None:
+    """``CAIRN_TLS_CA`` as an absolute path, or None; it needs the certificate pair."""
+    ca = get("CAIRN_TLS_CA", "")
+    if not ca:
+        return None
+    if tls_files() is None:
+        raise SystemExit(
+            "CAIRN_TLS_CA: needs CAIRN_TLS_CERT and CAIRN_TLS_KEY (client certificates are "
+            "asked for only over TLS)"
+        )
+    return (BASE_DIR / ca).resolve()
+
+
+KAFKA_AUTH_POLICIES = ("required", "optional", "none")
+ROLE_CHOICES = ("viewer", "operator", "admin", "none")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address) is reachable from this machine only."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a wildcard ("", "*") or another host name: assume reachable
+        return False
+
+
+def kafka_auth(host: str) -> str:
+    """``CAIRN_KAFKA_AUTH`` for a Kafka listener bound to ``host``.
+
+    Unset: ``optional`` on loopback, ``required`` elsewhere. A non-loopback listener
+    refuses ``optional`` (strangers would act as the anonymous role); ``none`` passes only
+    because it was said explicitly.
+
+    Raises:
+        SystemExit: an unknown value, or ``optional`` on a non-loopback address.
+    """
+    loopback = is_loopback(host)
+    policy = get_choice(
+        "CAIRN_KAFKA_AUTH", "optional" if loopback else "required", KAFKA_AUTH_POLICIES
+    )
+    if policy == "optional" and not loopback:
+        raise SystemExit(
+            f"CAIRN_KAFKA_AUTH=optional would let anyone reaching {host or '*'}:CAIRN_KAFKA_PORT "
+            "act without logging in: use required (the default off loopback), or none "
+            "explicitly, or bind CAIRN_KAFKA_HOST=127.0.0.1"
+        )
+    return policy
+
+
+def kafka_anonymous_role() -> str:
+    """``CAIRN_KAFKA_ANONYMOUS_ROLE``; ``""`` for ``none`` (no role)."""
+    role = get_choice("CAIRN_KAFKA_ANONYMOUS_ROLE", "operator", ROLE_CHOICES)
+    return "" if role == "none" else role
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -1,5 +1,5 @@
-"""The HTTP listener's TLS credentials: ``CAIRN_TLS_CERT`` and ``CAIRN_TLS_KEY``, read and
-checked once when the broker starts.
+"""The listeners' TLS credentials: ``CAIRN_TLS_CERT`` and ``CAIRN_TLS_KEY``, read and
+checked once when the broker starts; both listeners (HTTP and Kafka) serve the same pair.
 
 The certificate file holds the server's certificate first, then any intermediate
 certificates (the usual ``fullchain.pem``); the key file its private key (PEM, not
@@ -10,12 +10,16 @@ gets a warning from :func:`validity_warning` (the operator may be replacing it).
 
 :func:`twisted_options` turns the credentials into the Twisted TLS options the HTTP listener
 (daphne) uses: TLS 1.2 or newer (1.2 with forward-secret AEAD suites only), the whole chain
-sent, no client certificates asked for.
+sent, no client certificates asked for. :func:`kafka_ssl_context` makes the Kafka listener's
+stdlib :class:`ssl.SSLContext` (asyncio's TLS) with the same rules, and, with ``CAIRN_TLS_CA``,
+asks clients for a certificate: optional (SASL clients need none), but one that is sent must
+chain to that CA, and its subject CN then names the Cairn user the connection acts as.
 """
 
 from __future__ import annotations
 
 import datetime
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,3 +164,29 @@ class ServerContextFactory:
 def twisted_options(credentials: ServerCredentials) -> ServerContextFactory:
     """The context factory daphne's listener is wrapped with (``runbroker``)."""
     return ServerContextFactory(credentials)
+
+
+def kafka_ssl_context(
+    credentials: ServerCredentials, client_ca: Path | None = None
+) -> ssl.SSLContext:
+    """The Kafka listener's server context (module docstring): TLS 1.2+, forward-secret AEAD
+    suites on 1.2, the whole chain sent; with ``client_ca`` (``CAIRN_TLS_CA``) client
+    certificates are asked for and, when sent, verified against it.
+
+    Raises:
+        TLSConfigError: ``client_ca`` cannot be read or holds no certificate.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(TLS12_CIPHERS.decode())
+    context.options |= ssl.OP_NO_COMPRESSION
+    context.load_cert_chain(credentials.cert_path, credentials.key_path)
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(cafile=client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise TLSConfigError(
+                f"CAIRN_TLS_CA {client_ca}: cannot use it as a CA file ({exc})"
+            ) from None
+        context.verify_mode = ssl.CERT_OPTIONAL
+    return context

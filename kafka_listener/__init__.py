@@ -16,6 +16,8 @@ Modules, bottom up (each depends only on those above it):
 ``compression``        gzip / snappy (xerial and raw) / lz4 / zstd for record batches
 ``records``            record batch v2: split, CRC-32C, decode, encode
 ``connection``         :class:`KafkaServerConnection`: events in, ordered responses out
+``sasl``               :class:`SaslSession`: a connection's login state (PLAIN, SCRAM), the
+                       listener policy's gate, session lifetimes (sans I/O)
 ``mapping``            Kafka names and records ↔ store topics, groups and messages
 ``plain_records``      produce's fast path: plain records straight into store messages
 ``group_state``        group states, members and groups (the coordinator's data)
@@ -28,6 +30,7 @@ Modules, bottom up (each depends only on those above it):
 ``arrivals``           fetch long polls and produce acks parked until reput dispatches,
                        woken once per burst
 ``handlers``           one function per API, turning requests into Broker calls
+``login``              runs a session's look-ups against the accounts store, off the loop
 ``server``             :class:`KafkaListener`: ``asyncio.start_server`` around the above
 =====================  =====================================================================
 

@@ -31,6 +31,14 @@ Rules it enforces (kafka-protocol.md sections 1 and 2.3):
   it closes the connection. Here that is a :class:`~mqcore.errors.RemoteProtocolError`
   (the server logs it and closes), as is every malformed frame, header or body.
 * After a ``RemoteProtocolError`` the connection is dead: every later call raises again.
+* **SASL tokens without Kafka headers.** After a SaslHandshake **v0** the client sends its
+  SASL tokens as bare size-prefixed frames (no API key, no correlation id) and expects
+  the server's tokens the same way. The connection switches to that mode as soon as it
+  decodes a v0 handshake (a client that sends its first token right behind the handshake
+  is still read right), emits :class:`SaslTokenReceived` per frame, and queues the
+  answer with :meth:`KafkaServerConnection.send_token`; the server calls
+  :meth:`~KafkaServerConnection.end_tokens` once the exchange is over (``sasl.py``
+  decides when). One token is in flight at a time: the client waits for each answer.
 
 Thread-safety: none; one connection object per socket, used from one task.
 """
@@ -82,7 +90,15 @@ class ConnectionClosed:
     buffered_bytes: int = 0
 
 
-Event = RequestReceived | ConnectionClosed
+@dataclass(frozen=True, slots=True)
+class SaslTokenReceived:
+    """A bare SASL token (the frames after a SaslHandshake v0, module docstring)."""
+
+    token: bytes
+    frame_bytes: int = 0
+
+
+Event = RequestReceived | SaslTokenReceived | ConnectionClosed
 
 
 class _Slot:
@@ -90,7 +106,7 @@ class _Slot:
 
     __slots__ = ("correlation_id", "api_key", "api_version", "expects_response", "payload")
 
-    def __init__(self, correlation_id: int, api_key: int, api_version: int, expects: bool):
+    def __init__(self, correlation_id: int | None, api_key: int, api_version: int, expects: bool):
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.api_version = api_version
@@ -121,7 +137,9 @@ class KafkaServerConnection:
         self.supported: dict[int, tuple[int, int]] = dict(supported)
         self._frames = FrameBuffer(max_frame_bytes)
         self._slots: deque[_Slot] = deque()
-        self._by_id: dict[int, _Slot] = {}
+        # A bare SASL token's slot is keyed None (it has no correlation id).
+        self._by_id: dict[int | None, _Slot] = {}
+        self._bare_tokens = False  # after a SaslHandshake v0, until end_tokens()
         self._outgoing = bytearray()
         self._closed = False
         self._error: RemoteProtocolError | None = None
@@ -175,7 +193,15 @@ class KafkaServerConnection:
             raise
         return events
 
-    def _handle_frame(self, payload: bytes) -> RequestReceived | None:
+    def _handle_frame(self, payload: bytes) -> RequestReceived | SaslTokenReceived | None:
+        if self._bare_tokens:
+            if None in self._by_id:
+                raise RemoteProtocolError(
+                    "a SASL token was sent before the previous one was answered",
+                    ErrorCode.ILLEGAL_SASL_STATE,
+                )
+            self._push_slot(_Slot(None, ApiKey.SASL_AUTHENTICATE, 0, True))
+            return SaslTokenReceived(payload, len(payload))
         reader = Reader(payload)
         if reader.remaining() < 8:
             raise RemoteProtocolError(
@@ -206,6 +232,8 @@ class KafkaServerConnection:
         header = decode_request_header(reader)
         request = decode_request(api_key, api_version, reader)
         expects = not (api_key == ApiKey.PRODUCE and request["acks"] == 0)
+        if api_key == ApiKey.SASL_HANDSHAKE and api_version == 0:
+            self._bare_tokens = True  # the next frames are bare tokens (module docstring)
         self._push_slot(_Slot(correlation_id, api_key, api_version, expects))
         return RequestReceived(
             correlation_id, api_key, api_version, header.client_id, request, expects, len(payload)
@@ -269,6 +297,28 @@ class KafkaServerConnection:
             correlation_id, schema.response_header_version(slot.api_version)
         )
         self._fill(slot, header + body)
+
+    def send_token(self, token: bytes) -> None:
+        """Queue the answer to the pending bare SASL token: ``token`` size-prefixed, no
+        header (an empty token is sent as a zero size, as Kafka does for PLAIN).
+
+        Raises:
+            LocalProtocolError: no bare token is pending.
+        """
+        slot = self._by_id.get(None)
+        if slot is None or slot.payload is not None:
+            raise LocalProtocolError("no pending SASL token")
+        slot.payload = INT32.pack(len(token)) + token
+        self._release()
+
+    def end_tokens(self) -> None:
+        """The bare-token exchange is over: the next frames are Kafka requests again."""
+        self._bare_tokens = False
+
+    @property
+    def bare_tokens(self) -> bool:
+        """Whether frames are read as bare SASL tokens now (after a SaslHandshake v0)."""
+        return self._bare_tokens
 
     def no_response(self, correlation_id: int) -> None:
         """Free a pending request's slot without sending anything (acks=0 Produce).

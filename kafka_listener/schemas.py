@@ -5,8 +5,9 @@ Transcribed from Kafka's ``common/message/*.json`` (names in snake_case) for eve
 also carries its flexible v3 (the layout clients probe with) so the compact encoding and
 tagged fields are exercised by real data, although v3 is not advertised.
 
-:data:`API_VERSIONS_TABLE` is the table of section 2.1, exactly: it is what ApiVersions
-advertises and what the connection accepts. :data:`OPTIONAL_APIS` are the rows the spec
+:data:`API_VERSIONS_TABLE` is the table of section 2.1, with SASL widened as issue 18 asks
+(SaslHandshake 0-1, SaslAuthenticate 0-2): it is what ApiVersions advertises and what the
+connection accepts. :data:`OPTIONAL_APIS` are the rows the spec
 marks optional (SASL, CreatePartitions); a server that does not implement them passes a
 table without them to ``KafkaServerConnection``.
 
@@ -390,7 +391,9 @@ LIST_GROUPS = _api(ApiKey.LIST_GROUPS, (0, 2), 3, [], [
     ]),
 ])  # fmt: skip
 
-SASL_HANDSHAKE = _api(ApiKey.SASL_HANDSHAKE, (1, 1), None, [
+# v0 and v1 have one layout; after a v0 handshake the SASL tokens travel as bare
+# size-prefixed frames without Kafka headers (``connection.py``), after v1 in SaslAuthenticate.
+SASL_HANDSHAKE = _api(ApiKey.SASL_HANDSHAKE, (0, 1), None, [
     f("mechanism", "string"),
 ], [
     f("error_code", "int16"),
@@ -498,7 +501,7 @@ DESCRIBE_CONFIGS = _api(ApiKey.DESCRIBE_CONFIGS, (0, 2), 4, [
     ]),
 ])  # fmt: skip
 
-SASL_AUTHENTICATE = _api(ApiKey.SASL_AUTHENTICATE, (0, 1), 2, [
+SASL_AUTHENTICATE = _api(ApiKey.SASL_AUTHENTICATE, (0, 2), 2, [
     f("auth_bytes", "bytes"),
 ], [
     f("error_code", "int16"),
@@ -612,7 +615,7 @@ SCHEMAS: dict[int, ApiSchema] = {
     )
 }  # fmt: skip
 
-# kafka-protocol.md section 2.1, "advertise" column: api_key -> (min, max). Exactly this.
+# kafka-protocol.md section 2.1, "advertise" column: api_key -> (min, max); SASL per issue 18.
 API_VERSIONS_TABLE: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 7),
     ApiKey.FETCH: (4, 11),
@@ -627,13 +630,13 @@ API_VERSIONS_TABLE: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 3),
     ApiKey.DESCRIBE_GROUPS: (0, 4),
     ApiKey.LIST_GROUPS: (0, 2),
-    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.SASL_HANDSHAKE: (0, 1),  # issue 18: v0 (bare tokens) too
     ApiKey.API_VERSIONS: (0, 2),
     ApiKey.CREATE_TOPICS: (0, 4),
     ApiKey.DELETE_TOPICS: (0, 3),
     ApiKey.INIT_PRODUCER_ID: (0, 1),
     ApiKey.DESCRIBE_CONFIGS: (0, 2),
-    ApiKey.SASL_AUTHENTICATE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),  # issue 18: v2 (flexible) too
     ApiKey.CREATE_PARTITIONS: (0, 1),
     # ACL administration (section 2.1's ACL rows): v1 is what every client sends.
     ApiKey.DESCRIBE_ACLS: (0, 1),

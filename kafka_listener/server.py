@@ -24,6 +24,15 @@ the requests of its last read not yet handled) count towards the listener's
 connection with no request in flight and no request or response for ``idle_ms`` is
 closed (logged at INFO).
 
+Authentication (``sasl.py``, ``login.py``): each connection has a :class:`SaslSession`
+under the listener policy (``ListenerConfig.auth``) and a :class:`CachedDecisions` for the
+subject it acts as (anonymous, a TLS client certificate's user, or its SASL login), which
+every :class:`Call` of the connection carries. SASL requests and bare v0 tokens go to the
+session; other requests are checked by it only while it is ``gated`` (before
+authentication, during an exchange, or with a session lifetime); a refused request closes
+the connection (logged at INFO). With an ``ssl_context`` the port speaks TLS only (SSL and
+SASL_SSL); a verified client certificate's CN is looked up once per connection.
+
 A timer task calls the group coordinator's ``tick`` every ``tick_interval_s``; another
 looks for idle connections every ``idle_check_s`` (a quarter of ``idle_ms``, at most a
 second).
@@ -37,19 +46,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import socket
+import ssl
 
 from mqcore.access.authorizer import CachedDecisions, Subject
+from mqcore.access.backend import AccessBackend
 from mqcore.access.model import WILDCARD
+from mqcore.access.scram import DEFAULT_ITERATIONS
 from mqcore.broker.broker import Broker
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import RemoteProtocolError
 from mqcore.format.msgid import HostAddress
 
-from .connection import ConnectionClosed, Event, KafkaServerConnection, RequestReceived
+from . import login
+from .connection import (
+    ConnectionClosed,
+    Event,
+    KafkaServerConnection,
+    RequestReceived,
+    SaslTokenReceived,
+)
 from .flow import BufferBudget, Flow
 from .handlers import Call, KafkaContext, Later, ListenerConfig, dispatch, supported_versions
 from .mapping import born_host
+from .sasl import SASL_KEYS, Reply, SaslSession
+from .schemas import API_VERSIONS_TABLE, SCHEMAS, ApiKey
 
 log = logging.getLogger(__name__)
 # A produce request is up to a megabyte (librdkafka's batch.size default): read it in a few
@@ -69,8 +91,15 @@ class _Client:
     resuming undoes only what pausing did, so the two never fight over the transport."""
 
     __slots__ = (
-        "conn", "flow", "transport", "peer", "decisions", "readable", "_stopped_transport"
-    )  # fmt: skip
+        "conn",
+        "flow",
+        "transport",
+        "peer",
+        "readable",
+        "_stopped_transport",
+        "session",
+        "decisions",
+    )
 
     def __init__(
         self,
@@ -78,13 +107,15 @@ class _Client:
         flow: Flow,
         transport: asyncio.BaseTransport,
         peer: HostAddress | None,
-        decisions: CachedDecisions,
+        session: SaslSession,
     ) -> None:
         self.conn = conn
         self.flow = flow
         self.transport = transport
         self.peer = peer
-        self.decisions = decisions  # the connection's subject and its cached decisions
+        self.session = session
+        # Who the connection acts as, and its decisions; replaced when that changes.
+        self.decisions = CachedDecisions(session.subject)
         self.readable = asyncio.Event()
         self.readable.set()
         self._stopped_transport = False
@@ -110,13 +141,44 @@ class _Client:
 
 
 class KafkaListener:
-    """The Kafka wire-protocol listener over one started :class:`Broker`."""
+    """The Kafka wire-protocol listener over one started :class:`Broker`.
 
-    def __init__(self, broker: Broker, config: ListenerConfig, clock: Clock | None = None):
+    Args:
+        access: the accounts store (users, secrets, ACL entries, audit): the runtime's;
+            None keeps the context's in-memory :class:`~mqcore.access.backend.StaticAccess`
+            (no users: only anonymous connections and client certificates of no one).
+        ssl_context: a server context (``cairn.tls.kafka_ssl_context``): the port speaks
+            TLS only. None: plaintext.
+        scram_fake_key: the secret unknown users' fake SCRAM salts are made from; give a
+            persistent one (runbroker derives it from the secret key) so an unknown name
+            gets the same salt across restarts, as a real user does. None: random.
+        scram_fake_iterations: the iteration count those fake exchanges announce: the one
+            the accounts store derives real users' credentials with.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        config: ListenerConfig,
+        clock: Clock | None = None,
+        *,
+        access: AccessBackend | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        scram_fake_key: bytes | None = None,
+        scram_fake_iterations: int = DEFAULT_ITERATIONS,
+    ):
         self.config = config
-        self.ctx = KafkaContext(
-            broker, config, clock or SystemClock(), versions=supported_versions()
-        )
+        versions = supported_versions()
+        if config.auth != "none":  # SASL is offered (kafka-protocol.md 2.1, issue 18)
+            for key in SASL_KEYS:
+                versions[key] = API_VERSIONS_TABLE[key]
+        self.ctx = KafkaContext(broker, config, clock or SystemClock(), versions=versions)
+        if access is not None:
+            self.ctx.access = access
+        self.ssl_context = ssl_context
+        # Salts of unknown users' fake SCRAM exchanges (sasl.py).
+        self._fake_key = scram_fake_key or secrets.token_bytes(32)
+        self._fake_iterations = scram_fake_iterations
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -137,10 +199,18 @@ class KafkaListener:
             raise RuntimeError("the listener is not started")
         return int(self._server.sockets[0].getsockname()[1])
 
+    def subjects(self) -> list[Subject]:
+        """Who each open connection acts as now (anonymous, certificate or SASL login)."""
+        return [client.decisions.subject for client in self._clients.values()]
+
     async def start(self) -> None:
         """Bind and start accepting. Raises OSError when the address is taken."""
         self._server = await asyncio.start_server(
-            self._serve, self.config.host, self.config.port, limit=STREAM_LIMIT
+            self._serve,
+            self.config.host,
+            self.config.port,
+            limit=STREAM_LIMIT,
+            ssl=self.ssl_context,
         )
         host = self.config.advertised_host or self.config.host
         if host in ("", "0.0.0.0", "::"):
@@ -150,10 +220,12 @@ class KafkaListener:
         if self.config.idle_ms > 0:
             self._idle_checker = asyncio.create_task(self._close_idle())
         log.info(
-            "Kafka listener on %s:%d (advertised %s:%d)",
+            "Kafka listener on %s:%d (advertised %s:%d, %s, authentication %s)",
             self.config.host,
             self.port,
             *self.ctx.advertised,
+            "TLS" if self.ssl_context is not None else "plaintext",
+            self.config.auth,
         )
 
     async def close(self) -> None:
@@ -206,9 +278,10 @@ class KafkaListener:
         conn = KafkaServerConnection(self.config.max_frame_bytes, self.ctx.versions)
         now = asyncio.get_running_loop().time()
         flow = self.budget.register(now, lambda: conn.in_flight)
-        decisions = CachedDecisions(self.anonymous_subject(peer))
-        client = self._clients[flow] = _Client(conn, flow, writer.transport, peer, decisions)
+        client: _Client | None = None
         try:
+            session = await self._session(writer, peer)
+            client = self._clients[flow] = _Client(conn, flow, writer.transport, peer, session)
             await self._run(client, reader, writer)
         except RemoteProtocolError as exc:
             log.info("closing Kafka connection from %s: %s (error %d)", peer, exc, exc.error_code)
@@ -218,11 +291,30 @@ class KafkaListener:
             log.exception("closing Kafka connection from %s after a handler error", peer)
         finally:
             self._tasks.discard(task)
-            del self._clients[flow]
+            self._clients.pop(flow, None)
             self._wake(self.budget.close(flow, asyncio.get_running_loop().time()))
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _session(self, writer: asyncio.StreamWriter, peer: HostAddress | None) -> SaslSession:
+        """A new connection's session: anonymous, or a verified client certificate's user."""
+        host = peer.ip if peer is not None else WILDCARD
+        config = self.config
+        anonymous = self.anonymous_subject(peer)
+        certified = None
+        if self.ssl_context is not None:
+            name = login.common_name(writer.get_extra_info("peercert"))
+            if name is not None:
+                certified = await login.certificate_subject(self.ctx.access, name, host)
+        return SaslSession(
+            config.auth,
+            anonymous,
+            config.reauth_ms,
+            self._fake_key,
+            certified,
+            self._fake_iterations,
+        )
 
     def _account(self, client: _Client, in_hand: int) -> None:
         """Tell the budget what ``client`` holds now; pause or resume connections."""
@@ -294,7 +386,7 @@ class KafkaListener:
         request leaves the budget (and memory: ``events`` is consumed) once handled."""
         conn, flow = client.conn, client.flow
         loop = asyncio.get_running_loop()
-        in_hand = sum(e.frame_bytes for e in events if isinstance(e, RequestReceived))
+        in_hand = sum(e.frame_bytes for e in events if not isinstance(e, ConnectionClosed))
         self._account(client, in_hand)
         events.reverse()
         while events:
@@ -305,6 +397,22 @@ class KafkaListener:
                 await writer.drain()
                 return False
             flow.touch(loop.time())
+            # Authentication: only while the session is gated, or for SASL itself (sasl.py).
+            if (
+                client.session.gated
+                or not isinstance(event, RequestReceived)
+                or (event.api_key in SASL_KEYS)
+            ):
+                verdict = await self._authentication(client, event)
+                if verdict is False:
+                    self._flush(conn, writer)
+                    return False
+                if verdict is True:  # answered
+                    self._flush(conn, writer)
+                    in_hand -= event.frame_bytes
+                    self._account(client, in_hand)
+                    continue
+            assert isinstance(event, RequestReceived)
             call = Call(
                 event.api_key,
                 event.api_version,
@@ -330,8 +438,74 @@ class KafkaListener:
             self._account(client, in_hand)
         return True
 
+    async def _authentication(
+        self, client: _Client, event: RequestReceived | SaslTokenReceived
+    ) -> bool | None:
+        """A SASL request or token answered (True), the connection to close (False), or an
+        ordinary request the session admits (None: dispatch it)."""
+        session, conn = client.session, client.conn
+        host = client.peer.ip if client.peer is not None else ""
+        if isinstance(event, SaslTokenReceived):
+            reply = await login.authenticate(
+                self.ctx.access, session, event.token, 0, host, self.ctx.clock.now_ms
+            )
+            if reply.close:  # a bare exchange has no way to say why (Kafka closes too)
+                return False
+            conn.send_token(reply.auth_bytes)
+            if not session.bare_tokens:
+                conn.end_tokens()
+            self._adopt(client)
+            return True
+        if event.api_key == ApiKey.SASL_HANDSHAKE:
+            reply, offered = session.handshake(event.api_version, event.request["mechanism"])
+            conn.send_response(
+                event.correlation_id, {"error_code": reply.error_code, "mechanisms": offered}
+            )
+            if reply.close:
+                log.info("closing Kafka connection from %s: %s", client.peer, reply.detail)
+            return not reply.close
+        if event.api_key == ApiKey.SASL_AUTHENTICATE:
+            reply = await login.authenticate(
+                self.ctx.access,
+                session,
+                event.request["auth_bytes"],
+                event.api_version,
+                host,
+                self.ctx.clock.now_ms,
+            )
+            conn.send_response(event.correlation_id, _authenticate_response(reply))
+            self._adopt(client)
+            return not reply.close
+        refusal = session.admit(event.api_key, self.ctx.clock.now_ms())
+        if refusal is not None:
+            log.info(
+                "closing Kafka connection from %s: %s refused: %s",
+                client.peer,
+                SCHEMAS[event.api_key].name,
+                refusal,
+            )
+            return False
+        self._adopt(client)
+        return None
+
+    @staticmethod
+    def _adopt(client: _Client) -> None:
+        """Give the connection's calls the session's subject, if it changed."""
+        subject = client.session.subject
+        if client.decisions.subject != subject:
+            client.decisions = CachedDecisions(subject)
+
     @staticmethod
     def _flush(conn: KafkaServerConnection, writer: asyncio.StreamWriter) -> None:
         out = conn.data_to_send()
         if out:
             writer.write(out)
+
+
+def _authenticate_response(reply: Reply) -> dict[str, object]:
+    return {
+        "error_code": reply.error_code,
+        "error_message": reply.error_message,
+        "auth_bytes": reply.auth_bytes,
+        "session_lifetime_ms": reply.session_lifetime_ms,
+    }

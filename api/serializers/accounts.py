@@ -93,6 +93,15 @@ def _parse(parse: Any, value: str, field: str) -> Any:
         raise serializers.ValidationError(message, code=exc.rule) from None
 
 
+def _store_name(resource_type: str | None, name: str | None) -> str | None:
+    """Topic and group names as the store spells them: a Kafka name's ``.`` is ``|`` there
+    (store names never hold a ``.``, so the translation is unambiguous and an entry typed
+    with Kafka's name, ``shop.orders``, covers what Kafka clients call by it)."""
+    if name is None or resource_type not in ("topic", "group"):
+        return name
+    return name.replace(".", "|")
+
+
 class AclEntrySerializer(StrictSerializer):
     """One entry, as REST shows and takes it (README "Security")."""
 
@@ -117,7 +126,7 @@ class AclEntrySerializer(StrictSerializer):
             attrs["entry"] = AclEntry(
                 principal=Principal.parse(attrs["principal"]),
                 resource_type=ResourceType.parse(attrs["resource_type"]),
-                resource_name=attrs["resource_name"],
+                resource_name=_store_name(attrs["resource_type"], attrs["resource_name"]),
                 pattern_type=PatternType.parse(attrs["pattern_type"]),
                 operation=Operation.parse(attrs["operation"]),
                 permission=Permission.parse(attrs["permission"]),
@@ -191,7 +200,7 @@ class AclFilterSerializer(PageQuerySerializer):
             resource_type=ResourceType.parse(attrs["resource_type"])
             if "resource_type" in attrs
             else None,
-            resource_name=attrs.get("resource_name"),
+            resource_name=_store_name(attrs.get("resource_type"), attrs.get("resource_name")),
             pattern=attrs["pattern_type"],
             operation=Operation.parse(attrs["operation"]) if "operation" in attrs else None,
             permission=Permission.parse(attrs["permission"]) if "permission" in attrs else None,

@@ -59,6 +59,9 @@ class ListenerConfig:
             (unauthenticated connections act as ``anonymous_role``) or ``none`` (no SASL).
         anonymous_role: the role of unauthenticated connections under ``optional`` and
             ``none`` (``CAIRN_KAFKA_ANONYMOUS_ROLE``); empty: no role (ACL entries only).
+        reauth_ms: KIP-368 session lifetime of a SASL login (``CAIRN_KAFKA_REAUTH_MS``,
+            Kafka's ``connections.max.reauth.ms``); a connection that does not
+            re-authenticate in time is closed at its next request. 0: never.
     """
 
     host: str = "127.0.0.1"
@@ -78,6 +81,7 @@ class ListenerConfig:
     tick_interval_s: float = 0.05
     auth: str = "optional"
     anonymous_role: str = OPERATOR
+    reauth_ms: int = 0
 
 
 @dataclass

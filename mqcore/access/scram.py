@@ -145,6 +145,8 @@ class ScramExchange:
         user: the user's credentials, or None for an unknown user (a fake exchange).
         fake_key: the server's secret for fake salts (the same unknown name gets the same
             salt every time, as a real user's would).
+        fake_iterations: the iteration count a fake exchange announces: the one real users'
+            credentials are derived with (``CAIRN_SCRAM_ITERATIONS``), so the two look alike.
         server_nonce: for tests (RFC test vectors); random otherwise.
     """
 
@@ -155,6 +157,7 @@ class ScramExchange:
         user: ScramUser | None,
         *,
         fake_key: bytes = b"",
+        fake_iterations: int = DEFAULT_ITERATIONS,
         server_nonce: str | None = None,
     ) -> None:
         self.mechanism = mechanism
@@ -165,7 +168,7 @@ class ScramExchange:
         self.nonce = first.client_nonce + nonce
         if user is None:
             salt = hmac.digest(fake_key, first.username.encode(), "sha256")[:SALT_BYTES]
-            iterations = DEFAULT_ITERATIONS
+            iterations = fake_iterations
         else:
             salt, iterations = user.salt, user.iterations
         self.server_first = f"r={self.nonce},s={base64.b64encode(salt).decode()},i={iterations}"

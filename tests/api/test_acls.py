@@ -213,3 +213,19 @@ def test_lists_lookups_and_creation_follow_the_entries(
     assert_problem(operator.get(f"/api/v1/messages/{sent.msg_id}"), 403)
     assert_problem(operator.post("/api/v1/topics", {"name": "private-x"}, format="json"), 403)
     assert operator.post("/api/v1/topics", {"name": "public-x"}, format="json").status_code == 201
+
+
+def test_an_entry_may_name_topics_as_kafka_clients_do(
+    admin: APIClient, make_user: Callable[..., Any], broker: Broker
+) -> None:
+    """Kafka's ``shop.orders`` is the store's ``shop|orders``: an entry typed either way
+    covers it, and is shown (and filtered) by the store's name."""
+    broker.create_topic("shop|orders", read_queue_nums=1, write_queue_nums=1)
+    svc = token_client(make_user("svc", None))
+    created = add(admin, entry("User:svc", "shop.", "write", pattern_type="prefixed"))
+    assert created["entries"][0]["resource_name"] == "shop|"
+    assert svc.post("/api/v1/topics/shop|orders/messages", SEND, format="json").status_code == 200
+    found = admin.get(
+        "/api/v1/acls?resource_type=topic&resource_name=shop.orders&pattern_type=match"
+    ).json()
+    assert [e["resource_name"] for e in found["results"]] == ["shop|"]

@@ -58,3 +58,47 @@ def test_every_variable_the_code_reads_is_in_the_table() -> None:
             names |= set(re.findall(r"[\"'](CAIRN_[A-Z0-9_]+)[\"']", path.read_text()))
     documented = {v.name for v in env.VARIABLES}
     assert sorted(names - documented) == []
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
+     ("127.0.0.2", True), ("0.0.0.0", False), ("::", False), ("", False),
+     ("10.0.0.5", False), ("broker.example.com", False)],
+)  # fmt: skip
+def test_loopback_bind_addresses(host: str, loopback: bool) -> None:
+    assert env.is_loopback(host) is loopback
+
+
+def test_kafka_auth_defaults_by_bind_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CAIRN_KAFKA_AUTH", raising=False)
+    assert env.kafka_auth("127.0.0.1") == "optional"
+    assert env.kafka_auth("0.0.0.0") == "required"
+    monkeypatch.setenv("CAIRN_KAFKA_AUTH", "none")  # said explicitly: allowed anywhere
+    assert env.kafka_auth("0.0.0.0") == "none"
+    monkeypatch.setenv("CAIRN_KAFKA_AUTH", "Required")
+    assert env.kafka_auth("127.0.0.1") == "required"
+
+
+def test_a_public_listener_refuses_optional(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_KAFKA_AUTH", "optional")
+    with pytest.raises(SystemExit, match="CAIRN_KAFKA_AUTH=optional would let anyone reaching"):
+        env.kafka_auth("0.0.0.0")
+    monkeypatch.setenv("CAIRN_KAFKA_AUTH", "maybe")
+    with pytest.raises(SystemExit, match="CAIRN_KAFKA_AUTH: expected one of required, optional"):
+        env.kafka_auth("127.0.0.1")
+
+
+def test_anonymous_role_and_client_ca(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CAIRN_KAFKA_ANONYMOUS_ROLE", raising=False)
+    assert env.kafka_anonymous_role() == "operator"
+    monkeypatch.setenv("CAIRN_KAFKA_ANONYMOUS_ROLE", "none")
+    assert env.kafka_anonymous_role() == ""
+    monkeypatch.setenv("CAIRN_KAFKA_ANONYMOUS_ROLE", "root")
+    with pytest.raises(SystemExit, match="CAIRN_KAFKA_ANONYMOUS_ROLE: expected one of viewer"):
+        env.kafka_anonymous_role()
+    monkeypatch.delenv("CAIRN_TLS_CERT", raising=False)
+    monkeypatch.delenv("CAIRN_TLS_KEY", raising=False)
+    monkeypatch.setenv("CAIRN_TLS_CA", "/etc/ca.pem")
+    with pytest.raises(SystemExit, match="CAIRN_TLS_CA: needs CAIRN_TLS_CERT and CAIRN_TLS_KEY"):
+        env.tls_ca()

@@ -4,6 +4,7 @@ fault; and the TLS settings themselves (cairn.env)."""
 from __future__ import annotations
 
 import datetime
+import ssl
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,17 @@ def test_allowed_origins_are_parsed_and_checked(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv("CAIRN_ALLOWED_ORIGINS", bad)
         with pytest.raises(SystemExit, match="CAIRN_ALLOWED_ORIGINS: "):
             env.allowed_origins()
+
+
+def test_kafka_context_asks_for_client_certificates_with_a_ca(ca: TestCA, tmp_path: Path) -> None:
+    files = ca.server("127.0.0.1")
+    credentials = tls.load(files.cert, files.key)
+    plain = tls.kafka_ssl_context(credentials)
+    assert plain.verify_mode == ssl.CERT_NONE
+    assert plain.minimum_version == ssl.TLSVersion.TLSv1_2
+    with_ca = tls.kafka_ssl_context(credentials, ca.path)
+    assert with_ca.verify_mode == ssl.CERT_OPTIONAL  # SASL_SSL clients send none
+    not_a_ca = tmp_path / "not-a-ca.pem"
+    not_a_ca.write_text("hello\n")
+    with pytest.raises(tls.TLSConfigError, match="CAIRN_TLS_CA .*not-a-ca.pem: cannot use it"):
+        tls.kafka_ssl_context(credentials, not_a_ca)

@@ -12,6 +12,7 @@ every append), so a message is visible to fetches within milliseconds of being s
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,7 +20,9 @@ from typing import Any
 
 from kafka_listener.handlers import ListenerConfig
 from kafka_listener.server import KafkaListener
+from mqcore.access.backend import AccessBackend
 from mqcore.broker.broker import Broker
+from mqcore.clock import Clock
 from mqcore.services import inline
 from mqcore.services.runner import ServiceLoop
 from mqcore.store import StoreConfig
@@ -41,8 +44,15 @@ class RunningListener:
         root: Path,
         config: ListenerConfig | None = None,
         store_config: StoreConfig | None = None,
+        *,
+        access: AccessBackend | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock = clock
         self.root = root
+        self.access = access
+        self.ssl_context = ssl_context
         self.config = config or ListenerConfig(port=0, initial_rebalance_delay_ms=100)
         self.store_config = store_config or TEST_STORE_CONFIG
         self.loop = asyncio.new_event_loop()
@@ -74,7 +84,9 @@ class RunningListener:
         for loop in self._loops:
             loop.start()
         self._thread.start()
-        self.listener = KafkaListener(broker, self.config)
+        self.listener = KafkaListener(
+            broker, self.config, self.clock, access=self.access, ssl_context=self.ssl_context
+        )
         self.call(self.listener.start)
         return self
 

@@ -142,7 +142,7 @@ def test_api_versions_probe_above_table_gets_v0_error_then_works(client: Client)
     assert cid == 77 and reply["error_code"] == ErrorCode.UNSUPPORTED_VERSION
     table = {k["api_key"]: (k["min_version"], k["max_version"]) for k in reply["api_keys"]}
     assert table[ApiKey.API_VERSIONS] == (0, 2) and table[ApiKey.FETCH] == (4, 11)
-    assert ApiKey.SASL_HANDSHAKE not in table  # not implemented, so not advertised
+    assert table[ApiKey.SASL_HANDSHAKE] == (0, 1)  # offered: the default policy is optional
     assert client.request(ApiKey.API_VERSIONS, 2, {})["error_code"] == 0
 
 

@@ -139,3 +139,29 @@ class TestCA:
         with os.fdopen(fd, "wb") as f:
             f.write(_pem_key(key))
         return ServerFiles(cert_path, key_path)
+
+    def client(self, common_name: str, name: str | None = None) -> ServerFiles:
+        """A client certificate (TLS client authentication) whose subject CN is
+        ``common_name``, signed by the root; ``<name>.pem`` and ``<name>.key``."""
+        key = _key()
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        stem = name or f"client-{common_name}"
+        cert_path = self.directory / f"{stem}.pem"
+        key_path = self.directory / f"{stem}.key"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_pem_key(key))
+        return ServerFiles(cert_path, key_path)

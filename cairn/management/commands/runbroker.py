@@ -2,9 +2,9 @@
 
 Daphne serves the ASGI application on Twisted's asyncio reactor, so every listener of the
 broker shares one asyncio event loop: the Kafka listener (``kafka_listener.server``) is
-started on that loop once the reactor runs, on ``CAIRN_HTTP_HOST`` and
-``CAIRN_KAFKA_PORT`` (0 turns it off; a port that cannot be bound is reported and HTTP
-keeps serving), advertised to clients (Metadata, FindCoordinator) as
+started on that loop once the reactor runs, on ``CAIRN_KAFKA_HOST`` (default 127.0.0.1,
+whatever the HTTP host) and ``CAIRN_KAFKA_PORT`` (0 turns it off; a port that cannot be bound
+is reported and HTTP keeps serving), advertised to clients (Metadata, FindCoordinator) as
 ``CAIRN_KAFKA_ADVERTISED_HOST``:``CAIRN_KAFKA_ADVERTISED_PORT`` (default: the listen
 address), and closed by a "before shutdown" trigger. SIGINT
 and SIGTERM stop the reactor; the runtime is then stopped so the store is closed cleanly.
@@ -12,14 +12,21 @@ and SIGTERM stop the reactor; the runtime is then stopped so the store is closed
 With ``CAIRN_TLS_CERT`` and ``CAIRN_TLS_KEY`` the HTTP port speaks HTTPS and WSS only: the
 files are checked before anything starts (:mod:`cairn.tls`; a bad pair is one line and exit
 status 1) and daphne's connections are wrapped in Twisted's TLS (see :class:`_Server`).
+The Kafka listener speaks TLS with the same pair (SSL and SASL_SSL; client certificates
+from ``CAIRN_TLS_CA``) and authenticates under ``CAIRN_KAFKA_AUTH`` (``cairn.env.kafka_auth``:
+a non-loopback Kafka host with ``optional`` is refused before anything starts, one line, exit
+status 1). It checks logins and authorizes against the runtime's accounts store
+(``BrokerRuntime.access``).
 On a WebSocket message above ``webui.routing.MAX_MESSAGE_BYTES`` daphne drops the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import secrets
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -99,6 +106,9 @@ class Command(BaseCommand):
             raise CommandError(f"--port must be between 0 and 65535, got {port}")
         credentials = self._tls_credentials()
         scheme = "https" if credentials is not None else "http"
+        kafka_port = cfg["KAFKA_PORT"]
+        kafka_config = self._kafka_config(kafka_port) if kafka_port else None
+        kafka_tls = self._kafka_tls(credentials) if kafka_config is not None else None
 
         _protect_data_dir()
         call_command("migrate", interactive=False, verbosity=0)
@@ -130,10 +140,9 @@ class Command(BaseCommand):
         )
         if credentials is not None:
             server.tls_options = tls.twisted_options(credentials)
-        kafka_port = cfg["KAFKA_PORT"]
         try:
-            if kafka_port:
-                self._schedule_kafka(rt, server, host, kafka_port)
+            if kafka_config is not None:
+                self._schedule_kafka(rt, server, kafka_config, kafka_tls)
             server.run()
         finally:
             rt.stop()
@@ -155,32 +164,68 @@ class Command(BaseCommand):
             self._say(f"WARNING: {warning}")
         return credentials
 
-    def _schedule_kafka(self, rt: Any, server: _Server, host: str, port: int) -> None:
+    def _kafka_config(self, port: int) -> ListenerConfig:
+        """The Kafka listener's settings; the policy is checked here, before anything starts
+        (``env.kafka_auth`` exits with one line for a public listener without auth)."""
+        host = env.get("CAIRN_KAFKA_HOST", "127.0.0.1")
+        auth = env.kafka_auth(host)
+        if not env.is_loopback(host) and auth == "none":
+            self._say(
+                f"WARNING: CAIRN_KAFKA_AUTH=none on {host}: anyone who reaches the Kafka port "
+                f"acts as {env.kafka_anonymous_role() or 'no role'}"
+            )
+        return ListenerConfig(
+            host=host,
+            port=port,
+            auth=auth,
+            anonymous_role=env.kafka_anonymous_role(),
+            reauth_ms=env.get_int("CAIRN_KAFKA_REAUTH_MS", 0),
+            # What clients are told to connect to (behind NAT, in a container):
+            # unset = the listen host (a wildcard one advertises 127.0.0.1) and port.
+            advertised_host=env.get("CAIRN_KAFKA_ADVERTISED_HOST", "") or None,
+            advertised_port=env.get_port("CAIRN_KAFKA_ADVERTISED_PORT", 0) or None,
+            auto_create_topics=bool(settings.CAIRN["AUTO_CREATE_TOPICS"]),
+            # Caps on what connections may cost (kafka_listener/flow.py).
+            max_buffered_bytes=env.get_int(
+                "CAIRN_KAFKA_MAX_BUFFERED_BYTES", DEFAULT_MAX_BUFFERED_BYTES
+            ),
+            idle_ms=env.get_int("CAIRN_KAFKA_IDLE_MS", DEFAULT_IDLE_MS),
+        )
+
+    def _kafka_tls(self, credentials: tls.ServerCredentials | None) -> ssl.SSLContext | None:
+        client_ca = env.tls_ca()
+        if credentials is None:
+            return None
+        try:
+            return tls.kafka_ssl_context(credentials, client_ca)
+        except (tls.TLSConfigError, ssl.SSLError) as exc:
+            raise CommandError(str(exc)) from None
+
+    def _schedule_kafka(
+        self,
+        rt: Any,
+        server: _Server,
+        config: ListenerConfig,
+        ssl_context: ssl.SSLContext | None,
+    ) -> None:
         """Start the Kafka listener on the reactor's asyncio loop once it runs; close it
         before the reactor shuts down (while the loop still runs)."""
         from twisted.internet import defer, reactor
 
+        host, port = config.host, config.port
+        # Unknown users' fake SCRAM salts must not change across restarts (a real user's do
+        # not): made from the secret key, never equal to anything else derived from it.
+        fake_key = hashlib.sha256(b"cairn.kafka.scram-fake-salt\0" + settings.SECRET_KEY.encode())
         listener = KafkaListener(
             rt.broker,
-            ListenerConfig(
-                host=host,
-                port=port,
-                # What clients are told to connect to (behind NAT, in a container):
-                # unset = the listen host (a wildcard one advertises 127.0.0.1) and port.
-                advertised_host=env.get("CAIRN_KAFKA_ADVERTISED_HOST", "") or None,
-                advertised_port=env.get_port("CAIRN_KAFKA_ADVERTISED_PORT", 0) or None,
-                auto_create_topics=bool(settings.CAIRN["AUTO_CREATE_TOPICS"]),
-                # Caps on what connections may cost (kafka_listener/flow.py).
-                max_buffered_bytes=env.get_int(
-                    "CAIRN_KAFKA_MAX_BUFFERED_BYTES", DEFAULT_MAX_BUFFERED_BYTES
-                ),
-                idle_ms=env.get_int("CAIRN_KAFKA_IDLE_MS", DEFAULT_IDLE_MS),
-            ),
+            config,
+            # Users, SCRAM credentials, ACL entries, lockouts and the audit log: the accounts
+            # store every front end shares (cairn.runtime; warmed before serving).
+            access=rt.access,
+            ssl_context=ssl_context,
+            scram_fake_key=fake_key.digest(),
+            scram_fake_iterations=int(settings.CAIRN_ACCOUNTS["SCRAM_ITERATIONS"]),
         )
-
-        # Users, SCRAM credentials, ACL entries, lockouts and the audit log: the accounts
-        # store every front end shares (cairn.runtime; warmed before serving).
-        listener.ctx.access = rt.access
 
         def failed(failure: Any) -> None:
             # Not fatal: HTTP keeps serving (the Kafka port is an extra, on by default, and
@@ -192,12 +237,13 @@ class Command(BaseCommand):
             )
 
         def kafka_line() -> str:
-            line = f"Kafka clients: {host}:{listener.port}"
+            security = "TLS" if ssl_context is not None else "plaintext"
+            line = f"Kafka clients: {host}:{listener.port} ({security}, auth {config.auth})"
             advertised = "{}:{}".format(*listener.ctx.advertised)
             return (
                 line
                 if advertised == f"{host}:{listener.port}"
-                else f"{line} (advertised as {advertised})"
+                else f"{line}, advertised as {advertised}"
             )
 
         def start() -> None:

@@ -178,4 +178,67 @@ def test_advertised_address_comes_from_the_environment(tmp_path: Path) -> None:
     assert (coordinator["host"], coordinator["port"]) == ("kafka.example.test", 19092)
     text = out.decode()
     assert proc.returncode == 0, text
-    assert f"127.0.0.1:{kafka_port} (advertised as kafka.example.test:19092)" in text
+    assert (
+        f"127.0.0.1:{kafka_port} (plaintext, auth optional), advertised as kafka.example.test:19092"
+        in text
+    )
+
+
+def test_a_public_kafka_listener_without_auth_is_refused(tmp_path: Path) -> None:
+    # Refused before anything binds: nothing is ever sent to the wildcard address.
+    env = broker_env(
+        tmp_path, free_port(), free_port(), CAIRN_KAFKA_HOST="0.0.0.0", CAIRN_KAFKA_AUTH="optional"
+    )
+    proc = start_runbroker(env)
+    out, _ = proc.communicate(timeout=60)
+    text = out.decode()
+    assert proc.returncode != 0
+    assert "CAIRN_KAFKA_AUTH=optional would let anyone reaching 0.0.0.0" in text
+    assert "Traceback" not in text and len(text.strip().splitlines()) == 1
+
+
+def test_kafka_over_tls_from_the_certificate_settings(tmp_path: Path) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    from tests.support.certificates import TestCA
+
+    ca = TestCA(tmp_path / "ca")
+    files = ca.server("127.0.0.1")
+    http_port, kafka_port = free_port(), free_port()
+    env = broker_env(
+        tmp_path / "data",
+        http_port,
+        kafka_port,
+        CAIRN_TLS_CERT=str(files.cert),
+        CAIRN_TLS_KEY=str(files.key),
+        CAIRN_TLS_CA=str(ca.path),
+        CAIRN_KAFKA_AUTH="required",
+    )
+    proc = start_runbroker(env)
+    try:
+        wait_for_port(kafka_port, 60, proc)
+        text = _read_until_kafka_line(proc)
+        password = (tmp_path / "data" / "first-admin-password").read_text().strip()
+        secure = {"bootstrap.servers": f"127.0.0.1:{kafka_port}", "ssl.ca.location": str(ca.path)}
+        # The first admin logs in with SCRAM over TLS against the accounts database.
+        for mechanism in ("SCRAM-SHA-512", "PLAIN"):
+            admin = Producer({**secure, "security.protocol": "sasl_ssl", "sasl.mechanism": mechanism,
+                              "sasl.username": "admin", "sasl.password": password})  # fmt: skip
+            assert admin.list_topics(timeout=20).brokers
+            del admin
+        wrong = Producer({**secure, "security.protocol": "sasl_ssl",
+                          "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "admin",
+                          "sasl.password": "not it"})  # fmt: skip
+        with pytest.raises(KafkaException):
+            wrong.list_topics(timeout=2)
+        anonymous = Producer({**secure, "security.protocol": "ssl"})
+        with pytest.raises(KafkaException):  # required: TLS alone is not a login
+            anonymous.list_topics(timeout=2)
+        plain = Producer({"bootstrap.servers": f"127.0.0.1:{kafka_port}"})
+        with pytest.raises(KafkaException):
+            plain.list_topics(timeout=2)
+        del wrong, anonymous, plain
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert f"Kafka clients: 127.0.0.1:{kafka_port} (TLS, auth required)" in text
