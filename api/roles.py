@@ -14,7 +14,11 @@ operation on it (``acl = {"POST": (ResourceType.TOPIC, "topic", Operation.WRITE)
 URL argument, operation): that method is then decided by the one authorizer every front end
 uses (``mqcore.access.authorizer``: ACL entries, deny first, then allow entries, then the
 role's defaults), so a deny entry refuses an operator a topic and an allow entry lets a user
-with no role send to it.
+with no role send to it. A method whose resources come from the body or a lookup (a topic
+to create, a message's original topic) is listed in ``acl_in_view``: the permission then
+only asks for a signed-in user and the view decides with :func:`require_some` (a cheap
+gate, before the body is read: whether the user may do the operation on some resource of
+the type at all) and :func:`require` (the resources themselves).
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-from mqcore.access.authorizer import Subject
-from mqcore.access.model import WILDCARD, Operation, Resource, ResourceType
+from mqcore.access.authorizer import ROLE_DEFAULTS, Subject, allowed_on_any
+from mqcore.access.model import WILDCARD, Operation, Permission, Resource, ResourceType
 
 #: A view's per-method resource check: (resource type, URL argument naming it, operation).
 AclSpec = tuple[ResourceType, str, Operation]
@@ -81,6 +85,8 @@ class RolePermission(BasePermission):
         spec: AclSpec | None = getattr(view, "acl", {}).get(request.method or "GET")
         if spec is not None:
             return self._resource_allowed(request, view, spec)
+        if (request.method or "GET") in getattr(view, "acl_in_view", ()):
+            return bool(request.user.is_authenticated)  # the view decides (require_some)
         required = required_role(request.method or "GET", view)
         role = role_of(request.user)
         if role is None or _RANK[role] < _RANK[required]:
@@ -104,9 +110,12 @@ class RolePermission(BasePermission):
         return decision.allowed
 
 
-def require(request: Any, operation: Operation, resource: Resource) -> None:
+def require(request: Any, operation: Operation, *resources: Resource) -> None:
     """Refuse (403, the decision's reason) unless the authorizer allows ``operation`` on
-    ``resource`` (a view's check on a resource named in the body or found by a lookup).
+    ``resources`` (a view's check on a resource named in the body or found by a lookup).
+    Several resources: allowed on any of them, and a deny entry on any refuses
+    (:func:`mqcore.access.authorizer.allowed_on_any`; a topic is created with ``CREATE`` on
+    the cluster or on its name, as in the console).
 
     Raises:
         PermissionDenied: not allowed.
@@ -115,9 +124,52 @@ def require(request: Any, operation: Operation, resource: Resource) -> None:
 
     from accounts.acls import authorizer
 
-    decision = authorizer().decide(subject_of(request), operation, resource)
+    decide, subject = authorizer().decide, subject_of(request)
+    decision = allowed_on_any(decide(subject, operation, r) for r in resources)
     if not decision.allowed:
         raise PermissionDenied(decision.reason)
+
+
+def require_some(
+    request: Any, operation: Operation, resource_type: ResourceType, *, cluster: bool = False
+) -> None:
+    """Refuse (403) a user who may not do ``operation`` on any resource of the type: its
+    role's defaults do not allow it and no allow entry for it speaks of the user (with
+    ``cluster``, also not allowed on the cluster: topic creation). The gate before the body
+    is read or a resource looked up, so that a viewer is refused first, as by its role
+    (the console's gate for its create form is the same); :func:`require` then decides on
+    the resource itself.
+
+    Raises:
+        PermissionDenied: no chance of being allowed.
+    """
+    from rest_framework.exceptions import PermissionDenied
+
+    from accounts.acls import authorizer
+
+    current, subject = authorizer(), subject_of(request)
+    if cluster:
+        decision = current.decide(subject, operation, Resource.cluster())
+        if decision.allowed:
+            return
+    defaults = ROLE_DEFAULTS.get(subject.role, {}) if subject.role else {}
+    if operation in defaults.get(resource_type, frozenset()):
+        return
+    principals = subject.principals()
+    if any(
+        e.permission is Permission.ALLOW
+        and e.resource_type is resource_type
+        and e.applies_to(principals, subject.host)
+        and e.covers(operation)
+        for e in current.entries
+    ):
+        return
+    role = f"role {subject.role}" if subject.role else "no role"
+    raise PermissionDenied(
+        f"{operation.label} on any {resource_type.label}"
+        + (" or on the cluster" if cluster else "")
+        + f" is not allowed to {subject.principal} ({role})"
+    )
 
 
 def subject_of(request: Any) -> Subject:

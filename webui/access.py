@@ -12,6 +12,7 @@ topic lists and selects                     ``DESCRIBE`` on each topic shown
 a topic's page                              ``DESCRIBE`` on the topic
 send                                        ``WRITE`` on the topic
 create a topic                              ``CREATE`` on the cluster or on the topic
+                                            (a deny entry on either refuses)
 edit / delete a topic                       ``ALTER`` / ``DELETE`` on the topic
 message search, a message, its body         ``READ`` on the message's topic
 group lists, a group's page                 ``DESCRIBE`` on each group (its topics: topic
@@ -51,6 +52,7 @@ from mqcore.access.authorizer import (
     CachedDecisions,
     Decision,
     Subject,
+    allowed_on_any,
 )
 from mqcore.access.model import WILDCARD, Operation, Permission, Resource, ResourceType
 from mqcore.broker import Broker
@@ -126,20 +128,23 @@ def describe(operation: Operation, resource: Resource) -> str:
 
 
 def require(request: HttpRequest, operation: Operation, *resources: Resource) -> None:
-    """Pass if ``operation`` is allowed on one of ``resources`` (a topic is created with
-    ``CREATE`` on the cluster or on its name).
+    """Pass if ``operation`` is allowed on one of ``resources`` and no deny entry refuses it
+    on any (a topic is created with ``CREATE`` on the cluster or on its name; a deny on
+    ``private-``* refuses an operator: :func:`mqcore.access.authorizer.allowed_on_any`, the
+    same rule as REST).
 
     Raises:
-        Refused: on none of them; it names the last.
+        Refused: it names the resource refused (the denied one, or the last).
     """
-    decision = None
-    for resource in resources:
-        decision = decide(request, operation, resource)
-        if decision.allowed:
-            return
-    assert decision is not None, "require() needs a resource"
-    last = resources[-1]
-    raise Refused(describe(operation, last), decision.reason, role_needed(operation, last.type))
+    assert resources, "require() needs a resource"
+    decisions = [decide(request, operation, resource) for resource in resources]
+    decision = allowed_on_any(decisions)
+    if decision.allowed:
+        return
+    refused = resources[decisions.index(decision)]
+    raise Refused(
+        describe(operation, refused), decision.reason, role_needed(operation, refused.type)
+    )
 
 
 def allowed_names(

@@ -22,10 +22,11 @@ from rest_framework.response import Response
 
 from api import audit
 from api.parsers import RawDocumentParser
-from api.roles import ADMIN
+from api.roles import require
 from api.serializers.admin import ConfigImportResultSerializer
 from api.views.base import BrokerView
 from api.views.schema import READ, responses
+from mqcore.access.model import Operation, Resource
 from mqcore.errors import ValidationError as MQValidationError
 from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.jsonfile import loads_fastjson
@@ -43,9 +44,11 @@ def _parsed(text: str) -> Any:
 
 
 class ConfigDocumentView(BrokerView):
-    """One document; ``document`` is bound by the URL pattern."""
+    """One document; ``document`` is bound by the URL pattern. As in the console: export
+    needs ``DESCRIBE`` on the cluster (the viewer role's), import ``ALTER`` on it (the admin
+    role's; Kafka's operation for changing the cluster's configuration)."""
 
-    method_roles = {"PUT": ADMIN}
+    acl_in_view = frozenset({"GET", "HEAD", "PUT"})
     parser_classes = [RawDocumentParser]
     document = ""
 
@@ -71,6 +74,7 @@ class ConfigDocumentView(BrokerView):
         ),
     )
     def get(self, request: Request) -> Any:
+        require(request, Operation.DESCRIBE, Resource.cluster())
         fmt = self.query(FormatSerializer)["format"]
         text = self.manager().to_document()
         if fmt == "json":
@@ -89,6 +93,7 @@ class ConfigDocumentView(BrokerView):
         responses=responses({200: ConfigImportResultSerializer}),
     )
     def put(self, request: Request) -> Response:
+        require(request, Operation.ALTER, Resource.cluster())
         text = request.data if isinstance(request.data, str) else ""
         if not text.strip():
             raise MQValidationError("body", "empty", f"body: send the {self.document} document")

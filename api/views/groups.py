@@ -13,7 +13,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts.acls import authorizer
 from api import audit
+from api.roles import require, subject_of
 from api.serializers.common import PageQuerySerializer
 from api.serializers.groups import (
     GroupCreateSerializer,
@@ -41,7 +43,7 @@ from api.views.schema import (
     problems,
     responses,
 )
-from mqcore.access.model import Operation, ResourceType
+from mqcore.access.model import Operation, Resource, ResourceType
 from mqcore.broker.types import GroupInfo
 
 _TOPIC_FILTER = TopicFilterSerializer
@@ -62,7 +64,13 @@ class GroupListView(BrokerView):
         responses=responses({200: GroupPageSerializer}, *READ),
     )
     def get(self, request: Request) -> Response:
-        groups = self.broker.list_groups()
+        # Only the groups the user may describe (as the topic list and the console show them).
+        subject, current = subject_of(request), authorizer()
+        groups = [
+            g
+            for g in self.broker.list_groups()
+            if current.allowed(subject, Operation.DESCRIBE, Resource.group(g.name))
+        ]
         return Response(paginate(request, groups, lambda page: [group_dict(g) for g in page]))
 
     @extend_schema(
@@ -82,7 +90,9 @@ class GroupListView(BrokerView):
 
 
 class GroupDetailView(BrokerView):
-    # PATCH (group settings) stays the operator role's: no Kafka operation matches it.
+    # PATCH (group settings) stays the operator role's, as group create (POST /groups) and
+    # the console's group edit: no Kafka operation matches it. Like the console's edit page
+    # it also needs DESCRIBE on the group (a deny entry hides the group from its operator).
     acl = {
         "GET": (ResourceType.GROUP, "group", Operation.DESCRIBE),
         "DELETE": (ResourceType.GROUP, "group", Operation.DELETE),
@@ -103,6 +113,7 @@ class GroupDetailView(BrokerView):
         responses=responses({200: GroupSerializer}),
     )
     def patch(self, request: Request, group: str) -> Response:
+        require(request, Operation.DESCRIBE, Resource.group(group))
         changes = self.body(GroupUpdateSerializer)
         old = self.broker.get_group(group)
         new = self.broker.update_group(group, **changes)
@@ -173,6 +184,8 @@ class GroupOffsetsView(BrokerView):
     def put(self, request: Request, group: str) -> Response:
         entries = self.body(OffsetsSerializer)["offsets"]
         self.broker.get_group(group)
+        for topic in dict.fromkeys(entry["topic"] for entry in entries):  # as for a reset
+            require(request, Operation.DESCRIBE, Resource.topic(topic))
         for index, entry in enumerate(entries):
             self.mq_field_aliases = {
                 "topic": f"offsets[{index}].topic",
@@ -204,6 +217,8 @@ class GroupResetView(BrokerView):
     def post(self, request: Request, group: str) -> Response:
         data = self.body(ResetSerializer)
         self.broker.get_group(group)
+        # A reset is a commit (group READ, the acl above) on a topic the user may see.
+        require(request, Operation.DESCRIBE, Resource.topic(data["topic"]))
         to = data["to"]
         offsets = data.get("offsets")
         plans = self.broker.reset_offsets(

@@ -27,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import audit
-from api.roles import require
+from api.roles import require, require_some
 from api.send_input import plain_messages, round_robin_messages
 from api.send_output import send_response_json
 from api.serializers.messages import (
@@ -48,10 +48,14 @@ from api.views.base import BrokerView
 from api.views.schema import GROUP, MSG_ID, READ, SEND_EXAMPLE, TOPIC, responses
 from cairn import archive
 from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.broker import copies
 from mqcore.broker.types import OutgoingMessage
 from mqcore.errors import NotFoundError
 from mqcore.errors import ValidationError as MQValidationError
 from mqcore.format.msgid import HostAddress
+from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
+from mqcore.message import MessageExt
+from mqcore.metadata.topics import dlq_topic_name
 
 DEFAULT_READ_LIMIT = 32
 _MESSAGE_FIELDS = ("body", "queue_id", "delay_level", "properties", "keys", "tag", "sharding_key")
@@ -218,7 +222,17 @@ class MessageDetailView(BrokerView):
         return Response(data)
 
 
+def original_topic(message: MessageExt) -> str:
+    """The topic a retry or DLQ copy's producer sent the original to (empty: unknown)."""
+    props = message.properties
+    return str(props.get(PROPERTY_DLQ_ORIGIN_TOPIC) or props.get(PROPERTY_RETRY_TOPIC) or "")
+
+
 class RetryView(BrokerView):
+    # READ on the group (a consumer's act, as Kafka's commits), then WRITE on the message's
+    # original topic: the copy goes back to that topic's consumers.
+    acl = {"POST": (ResourceType.GROUP, "group", Operation.READ)}
+
     @extend_schema(
         summary="Send a message back for retry",
         description="What a consumer does when it fails a message: the group gets it again "
@@ -230,6 +244,9 @@ class RetryView(BrokerView):
     def post(self, request: Request, group: str, msg_id: str) -> Response:
         data = self.body(RetrySerializer)
         self.broker.get_group(group)
+        found = self.broker.get_message(check_msg_id(msg_id))
+        if found is not None:  # an unknown message is send_back's 404
+            require(request, Operation.WRITE, Resource.topic(copies.home_topic(found)))
         result = self.broker.send_back(
             group,
             check_msg_id(msg_id),
@@ -247,6 +264,10 @@ class RetryView(BrokerView):
 
 
 class DlqResendView(BrokerView):
+    # As the console's dead-letter page: DESCRIBE on the group, READ on %DLQ%<group>, WRITE
+    # on the message's original topic.
+    acl_in_view = frozenset({"POST"})
+
     @extend_schema(
         summary="Resend a message from the group's DLQ",
         description="Stores the %DLQ%<group> message again in its original topic (same "
@@ -256,7 +277,15 @@ class DlqResendView(BrokerView):
         responses=responses({200: SendResultSerializer}),
     )
     def post(self, request: Request, group: str, msg_id: str) -> Response:
+        require_some(request, Operation.WRITE, ResourceType.TOPIC)
+        dlq = dlq_topic_name(group)
+        require(request, Operation.DESCRIBE, Resource.group(group))
+        require(request, Operation.READ, Resource.topic(dlq))
         self.broker.get_group(group)
+        if self.broker.metadata.topics.get(dlq) is not None:
+            found = copies.find(self.broker.reader, check_msg_id(msg_id), dlq)
+            if found is not None and original_topic(found):  # else resend_from_dlq's 404
+                require(request, Operation.WRITE, Resource.topic(original_topic(found)))
         result = send_result(self.broker.resend_from_dlq(group, check_msg_id(msg_id)))
         audit.record(
             request, "message.dlq_resend", "message", msg_id, new={"group": group, **result}

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from accounts.acls import authorizer
 from api import audit
-from api.roles import require, subject_of
+from api.roles import require, require_some, subject_of
 from api.serializers.common import PageQuerySerializer
 from api.serializers.tiered import queue_rows
 from api.serializers.topics import (
@@ -38,6 +38,10 @@ class TopicListQuerySerializer(PageQuerySerializer):
 
 
 class TopicListView(BrokerView):
+    # Creation: CREATE on the cluster or on the topic's name, as in the console (an allow
+    # entry lets a user with no role create; a deny entry refuses an operator).
+    acl_in_view = frozenset({"POST"})
+
     @extend_schema(
         operation_id="topics_list",
         summary="List topics",
@@ -78,9 +82,10 @@ class TopicListView(BrokerView):
         responses=responses({201: TopicDetailSerializer}),
     )
     def post(self, request: Request) -> Response:
+        require_some(request, Operation.CREATE, ResourceType.TOPIC, cluster=True)
         data = self.body(TopicCreateSerializer)
         name = data.pop("name")
-        require(request, Operation.CREATE, Resource.topic(name))  # a deny entry refuses
+        require(request, Operation.CREATE, Resource.cluster(), Resource.topic(name))
         self.mq_field_aliases = {"topic_name": "name"}
         info = self.broker.create_topic(name, **data)
         audit.record(request, "topic.create", "topic", name, new=topic_settings(info))

@@ -13,7 +13,8 @@ topics have no Kafka configs; DescribeConfigs reports fixed values).
 
 Authorization (Kafka's): Metadata lists only the topics the connection may DESCRIBE, and
 answers TOPIC_AUTHORIZATION_FAILED (29) for a requested one it may not; auto-creation and
-CreateTopics need CREATE on the cluster or on the topic; DeleteTopics DELETE,
+CreateTopics need CREATE on the cluster or on the topic (a deny on either refuses, as on
+REST and the console); DeleteTopics DELETE,
 CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS on the topic (29), or on the
 cluster for the broker's configs (31). Creations, partition growth and deletions are
 audited (``topic.create``, ``topic.update``, ``topic.delete``, store names).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mqcore.access.authorizer import allowed_on_any
 from mqcore.access.model import Operation, Resource
 from mqcore.broker.broker import Broker
 from mqcore.broker.types import TopicInfo
@@ -155,10 +157,17 @@ _CREATE_ERRORS: dict[type[BaseException], ErrorCode] = {
 
 
 def _may_create(ctx: KafkaContext, call: Call, resource: Resource) -> bool:
-    """CREATE on the cluster, or on the topic itself (Kafka's rule for CreateTopics and
-    Metadata's auto-creation)."""
+    """CREATE on the cluster or on the topic itself (CreateTopics and Metadata's
+    auto-creation), decided as REST and the console decide it: a deny entry on either
+    refuses (Kafka would let the cluster's allow win over a deny on the topic name; Cairn's
+    operator role allows CREATE on the cluster, so a deny on ``private.``* must win)."""
     return bool(
-        call.check(ctx, Operation.CREATE, CLUSTER) or call.check(ctx, Operation.CREATE, resource)
+        allowed_on_any(
+            (
+                call.check(ctx, Operation.CREATE, CLUSTER),
+                call.check(ctx, Operation.CREATE, resource),
+            )
+        )
     )
 
 

@@ -101,9 +101,25 @@ class Decision:
 
     allowed: bool
     reason: str
+    #: Refused by a deny entry (not merely not allowed): see :func:`allowed_on_any`.
+    by_deny: bool = False
 
     def __bool__(self) -> bool:
         return self.allowed
+
+
+def allowed_on_any(decisions: Iterable[Decision]) -> Decision:
+    """One answer for an operation allowed on any of several resources (a topic is created
+    with ``CREATE`` on the cluster or on its name): a deny entry on any of them refuses
+    (deny first, as for one resource, so a deny on ``private-``* refuses an operator whose
+    role may create on the cluster); otherwise the first allowed; otherwise the last refusal.
+    """
+    found = list(decisions)
+    assert found, "allowed_on_any() needs a decision"
+    for decision in found:
+        if decision.by_deny:
+            return decision
+    return next((d for d in found if d.allowed), found[-1])
 
 
 class Authorizer:
@@ -128,7 +144,9 @@ class Authorizer:
         what = f"{operation.label} on {resource.type.label} {resource.name!r}"
         for entry in relevant:
             if entry.permission is Permission.DENY and entry.covers(operation):
-                return Decision(False, f"{what} is denied to {entry.principal} by an ACL")
+                return Decision(
+                    False, f"{what} is denied to {entry.principal} by an ACL", by_deny=True
+                )
         for entry in relevant:
             if entry.permission is Permission.ALLOW and entry.covers(operation):
                 return Decision(True, f"{what} is allowed to {entry.principal} by an ACL")

@@ -247,6 +247,26 @@ def test_topic_admin_needs_create_delete_alter_and_is_audited(
                for s in access.subjects)  # fmt: skip
 
 
+def test_a_deny_on_the_topic_name_refuses_creation_despite_the_role(
+    ctx: KafkaContext, broker: Broker
+) -> None:
+    """The operator role allows CREATE on the cluster; a deny on the name still wins (as on
+    REST and the console), for CreateTopics and Metadata's auto-creation alike."""
+    send(ctx, ADMIN, ApiKey.CREATE_ACLS, {"creations": [{
+        "resource_type": 2, "resource_name": "private.", "resource_pattern_type": 4,
+        "principal": "Role:operator", "host": "*", "operation": int(Operation.CREATE),
+        "permission_type": int(Permission.DENY),
+    }]})  # fmt: skip
+    create = {"topics": [{"name": "private.x", "num_partitions": 1, "replication_factor": 1,
+                          "assignments": [], "configs": []}],
+              "timeout_ms": 1000, "validate_only": False}  # fmt: skip
+    assert send(ctx, OPERATOR, ApiKey.CREATE_TOPICS, create)["topics"][0]["error_code"] == 29
+    assert metadata(ctx, OPERATOR, ["private.y"]) == {"private.y": TOPIC_AUTH}
+    assert not {"private|x", "private|y"} & {t.name for t in broker.list_topics()}
+    create["topics"][0]["name"] = "public.x"
+    assert send(ctx, OPERATOR, ApiKey.CREATE_TOPICS, create)["topics"][0]["error_code"] == 0
+
+
 def test_describe_configs_needs_describe_configs(ctx: KafkaContext) -> None:
     request = {"resources": [
         {"resource_type": 2, "resource_name": "payments", "configuration_keys": None},

@@ -266,3 +266,26 @@ def test_dead_letters_need_read_on_the_dlq_topic(
     assert 'href="/groups/billing/dlq/"' not in html(client.get("/groups/billing/"))
     refused = client.get("/groups/billing/dlq/")
     assert refused.status_code == 403 and "read on topic %DLQ%billing" in html(refused)
+
+
+def test_a_deny_on_the_topic_name_refuses_an_operator_creating_it(
+    shop: Broker, operator: Any, acls: Entries
+) -> None:
+    """CREATE on the cluster or on the name, but a deny on either wins (as REST decides)."""
+    acls(
+        entry(
+            "Role:operator",
+            Operation.CREATE,
+            "private-",
+            pattern=PatternType.PREFIXED,
+            permission=Permission.DENY,
+        )
+    )
+    client = client_for(operator)
+    form = {"read_queue_nums": "1", "write_queue_nums": "1"}
+    denied = client.post("/topics/new/", {"name": "private-x", **form})
+    assert denied.status_code == 403 and "create on topic private-x" in html(denied)
+    assert "denied to Role:operator by an ACL" in html(denied)
+    assert shop.metadata.topics.get("private-x") is None
+    made = client.post("/topics/new/", {"name": "public-x", **form})
+    assert made.status_code == 302 and shop.metadata.topics.get("public-x") is not None

@@ -11,6 +11,7 @@ from mqcore.access.authorizer import (
     Authorizer,
     CachedDecisions,
     Subject,
+    allowed_on_any,
 )
 from mqcore.access.backend import LoginRefused, StaticAccess
 from mqcore.access.model import (
@@ -184,3 +185,24 @@ def test_static_access_manages_and_audits_entries() -> None:
     assert access.authenticate_password("root", "pw", "h", "kafka") == Subject(
         "root", "admin", "h", "kafka"
     )
+
+
+def test_allowed_on_any_lets_a_deny_on_either_resource_win() -> None:
+    """Topic creation: CREATE on the cluster or on the name; a deny on either refuses."""
+    deny = entry("Role:operator", Operation.CREATE, "private-", permission=Permission.DENY)
+    authorizer = Authorizer([deny, entry("User:svc", Operation.CREATE, "orders.")])
+    operator, svc = Subject("otto", OPERATOR), Subject("svc", None)
+
+    def create(subject: Subject, name: str) -> tuple[bool, bool]:
+        found = [
+            authorizer.decide(subject, Operation.CREATE, r)
+            for r in (Resource.cluster(), Resource.topic(name))
+        ]
+        decision = allowed_on_any(found)
+        return decision.allowed, decision.by_deny
+
+    assert create(operator, "public-x") == (True, False)  # the role's, on the cluster
+    assert create(operator, "private-x") == (False, True)  # the deny wins over the cluster
+    assert create(svc, "orders.new") == (True, False)  # the allow on the name
+    assert create(svc, "payroll") == (False, False)
+    assert not allowed_on_any([authorizer.decide(svc, Operation.CREATE, Resource.cluster())])
