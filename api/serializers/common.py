@@ -77,7 +77,8 @@ def record_text(value: str) -> str:
 
 
 class StrictSerializer(serializers.Serializer):
-    """Refuses keys it does not know (a typo is an error, not a silent no-op)."""
+    """Refuses keys it does not know (a typo is an error, not a silent no-op), and numbers
+    or booleans where the schema says string (DRF's CharField would store ``86400.0``)."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
@@ -87,6 +88,20 @@ class StrictSerializer(serializers.Serializer):
                     {
                         name: [serializers.ErrorDetail("unknown field", code="unknown_field")]
                         for name in unknown
+                    }
+                )
+            not_text = sorted(
+                name
+                for name, field in self.fields.items()
+                if isinstance(field, serializers.CharField)
+                and not field.read_only
+                and isinstance(data.get(name), int | float | bool)
+            )
+            if not_text:
+                raise serializers.ValidationError(
+                    {
+                        name: [serializers.ErrorDetail("must be a string", code="invalid")]
+                        for name in not_text
                     }
                 )
         return super().to_internal_value(data)

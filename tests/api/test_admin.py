@@ -128,6 +128,14 @@ def test_only_admins_manage_users(viewer: APIClient, operator: APIClient, admin:
     assert_problem(admin.delete("/api/v1/users/ada"), 400, "username", "self")
 
 
+def test_a_number_where_a_string_belongs_is_refused(admin: APIClient) -> None:
+    """JSON numbers are not names or passwords (DRF's CharField would store "86400.0")."""
+    r = admin.post("/api/v1/users", {"username": 86400.0, "password": 12345678}, format="json")
+    body = assert_problem(r, 400)
+    assert "username" in str(body) and "password" in str(body) and "must be a string" in str(body)
+    assert not get_user_model().objects.filter(username="86400.0").exists()
+
+
 def test_superusers_are_admins(broker: Broker) -> None:
     user = get_user_model().objects.create_superuser("root", password="pw")
     assert role_of(user) == "admin"

@@ -201,6 +201,23 @@ def test_a_flipped_index_byte_is_found(
     assert expect in finding, finding
 
 
+@pytest.mark.parametrize("where", ["entry_phys", "entry_prev"])
+def test_a_small_store_is_checked_whole_however_loaded_the_machine(
+    good_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The time budget is gone before the check starts (a loaded machine): the structure
+    checks and the first GUARANTEED_RECORDS record reads still happen, so damage in an old
+    file of a small store is found (the fault suite once missed an entry this way)."""
+    monkeypatch.setattr(dc, "TIME_BUDGET_S", -1.0)
+    root = copy(good_store, tmp_path)
+    path = index_file(root, 0)  # the oldest: checked last
+    entry = HEADER.size + CONFIG.index_hash_slots * SLOT.size + 57 * ENTRY.size
+    field, mask = {"entry_phys": ("phys_offset", 0x01), "entry_prev": ("prev_index", 0x04)}[where]
+    xor(path, entry + ENTRY_FIELD_OFFSETS[field] + (7 if field == "phys_offset" else 3), mask)
+    finding = index_finding(root)
+    assert finding.startswith(f"index/{path.name}: "), finding
+
+
 def test_a_slot_pointing_at_an_older_entry_of_its_chain_is_found(
     good_store: Path, tmp_path: Path
 ) -> None:
