@@ -119,17 +119,4 @@ class TopicDetailSerializer(TopicSerializer):
         return data
 
 
-def topic_settings(info: TopicInfo) -> dict[str, Any]:
-    """The settings part of a topic (for the audit log's old/new values)."""
-    return {
-        "name": info.name,
-        "read_queue_nums": info.read_queue_nums,
-        "write_queue_nums": info.write_queue_nums,
-        "perm": info.perm,
-        "order": info.order,
-        "topic_filter_type": info.topic_filter_type,
-        "attributes": dict(info.attributes),
-    }
-
-
 TopicPageSerializer = page_serializer("TopicPageSerializer", TopicSerializer)

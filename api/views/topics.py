@@ -22,7 +22,6 @@ from api.serializers.topics import (
     TopicPageSerializer,
     TopicSerializer,
     TopicUpdateSerializer,
-    topic_settings,
 )
 from api.views.base import BrokerView, paginate
 from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
@@ -88,7 +87,7 @@ class TopicListView(BrokerView):
         require(request, Operation.CREATE, Resource.cluster(), Resource.topic(name))
         self.mq_field_aliases = {"topic_name": "name"}
         info = self.broker.create_topic(name, **data)
-        audit.record(request, "topic.create", "topic", name, new=topic_settings(info))
+        audit.record(request, "topic.create", "topic", name, new=info.settings())
         body = TopicDetailSerializer((info, self.broker.topic_status(name))).data
         location = reverse("api:topic-detail", kwargs={"topic": name})
         return Response(body, status=201, headers={"Location": location})
@@ -134,8 +133,8 @@ class TopicDetailView(BrokerView):
             "topic.update",
             "topic",
             topic,
-            old=topic_settings(old),
-            new=topic_settings(new),
+            old=old.settings(),
+            new=new.settings(),
         )
         return Response(self._detail(new, self.broker.topic_status(topic)))
 
@@ -149,5 +148,5 @@ class TopicDetailView(BrokerView):
     def delete(self, request: Request, topic: str) -> Response:
         old = self.broker.get_topic(topic)
         self.broker.delete_topic(topic)
-        audit.record(request, "topic.delete", "topic", topic, old=topic_settings(old))
+        audit.record(request, "topic.delete", "topic", topic, old=old.settings())
         return Response(status=204)

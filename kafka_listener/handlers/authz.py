@@ -36,7 +36,6 @@ from mqcore.access.model import (
     Resource,
     ResourceType,
 )
-from mqcore.broker.types import TopicInfo
 
 from .. import mapping
 from .context import Call, KafkaContext
@@ -104,19 +103,6 @@ def _denied(allow: AclEntry, denies: list[AclEntry]) -> bool:
         elif deny.resource_name == name and allow.pattern_type is PatternType.LITERAL:
             return True
     return False
-
-
-def topic_settings(info: TopicInfo) -> dict[str, Any]:
-    """A topic's settings as the audit log shows them (the REST API's keys)."""
-    return {
-        "name": info.name,
-        "read_queue_nums": info.read_queue_nums,
-        "write_queue_nums": info.write_queue_nums,
-        "perm": info.perm,
-        "order": info.order,
-        "topic_filter_type": info.topic_filter_type,
-        "attributes": dict(info.attributes),
-    }
 
 
 def audit(

@@ -39,7 +39,6 @@ from .authz import (
     audit,
     store_topic_resource,
     topic_resource,
-    topic_settings,
 )
 from .context import Call, KafkaContext
 
@@ -188,7 +187,7 @@ def _create(
             found = kafka_topic(ctx.broker, name)
             return (0, found) if found is not None else (int(code), None)
         return int(code), None
-    audit(ctx, call, "topic.create", "topic", info.name, new=topic_settings(info))
+    audit(ctx, call, "topic.create", "topic", info.name, new=info.settings())
     return 0, info
 
 
@@ -254,7 +253,7 @@ def _delete_one(ctx: KafkaContext, call: Call, name: str) -> int:
     except MQError as exc:
         return error_code_for(exc, {ValidationError: ErrorCode.TOPIC_AUTHORIZATION_FAILED})
     ctx.batch_cache.drop_topic(store_topic)  # (fetches check entries anyway; this frees them)
-    audit(ctx, call, "topic.delete", "topic", store_topic, old=topic_settings(info))
+    audit(ctx, call, "topic.delete", "topic", store_topic, old=info.settings())
     return 0
 
 
@@ -285,7 +284,7 @@ def _grow(
         )
     if not validate_only:
         new = ctx.broker.update_topic(info.name, read_queue_nums=count, write_queue_nums=count)
-        old_settings, new_settings = topic_settings(info), topic_settings(new)
+        old_settings, new_settings = info.settings(), new.settings()
         audit(ctx, call, "topic.update", "topic", info.name, old=old_settings, new=new_settings)
     return 0, ""
 

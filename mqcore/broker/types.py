@@ -202,6 +202,19 @@ class TopicInfo:
     def writable(self) -> bool:
         return bool(self.perm & 2)
 
+    def settings(self) -> dict[str, Any]:
+        """The settings an operator changes, by the REST API's keys: what the audit log
+        records as a topic change's old and new value, whichever front end made it."""
+        return {
+            "name": self.name,
+            "read_queue_nums": self.read_queue_nums,
+            "write_queue_nums": self.write_queue_nums,
+            "perm": self.perm,
+            "order": self.order,
+            "topic_filter_type": self.topic_filter_type,
+            "attributes": dict(self.attributes),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStatus:

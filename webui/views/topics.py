@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from api import audit
 from api.serializers import tiered
 from api.serializers.messages import MessageInSerializer, message_from, send_result
-from api.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer, topic_settings
+from api.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer
 from api.views.messages import born_host
 from cairn import runtime
 from mqcore.access.model import Operation, Resource, ResourceType
@@ -189,7 +189,7 @@ def topic_create(request: HttpRequest) -> HttpResponse:
             name = valid.pop("name")
             require(request, Operation.CREATE, Resource.cluster(), Resource.topic(name))
             info = broker.create_topic(name, **valid)
-            audit.record(request, "topic.create", "topic", name, new=topic_settings(info))
+            audit.record(request, "topic.create", "topic", name, new=info.settings())
             messages.success(request, f"Topic {name} created.")
             return redirect("webui:topic", name=name)
 
@@ -212,7 +212,7 @@ def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
 
         def update(valid: dict[str, Any]) -> HttpResponse:
             new = broker.update_topic(name, **valid)
-            old, changed = topic_settings(info), topic_settings(new)
+            old, changed = info.settings(), new.settings()
             audit.record(request, "topic.update", "topic", name, old=old, new=changed)
             messages.success(request, f"Topic {name} saved.")
             return redirect("webui:topic", name=name)
@@ -243,7 +243,7 @@ def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
             except MQError as exc:
                 error = str(exc)
             else:
-                audit.record(request, "topic.delete", "topic", name, old=topic_settings(info))
+                audit.record(request, "topic.delete", "topic", name, old=info.settings())
                 messages.success(request, f"Topic {name} deleted.")
                 return redirect("webui:topics")
     return render(
