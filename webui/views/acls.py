@@ -30,23 +30,6 @@ from mqcore.errors import MQError, NotFoundError
 from webui.access import console_page, console_subject
 from webui.views.common import mq_errors, validate
 
-FILTER_FIELDS = (
-    "principal",
-    "resource_type",
-    "resource_name",
-    "pattern_type",
-    "operation",
-    "permission",
-)
-ENTRY_FIELDS = (
-    "principal",
-    "resource_type",
-    "resource_name",
-    "pattern_type",
-    "operation",
-    "permission",
-    "host",
-)
 BLANK_ENTRY = {
     "principal": "",
     "resource_type": "topic",
@@ -56,6 +39,8 @@ BLANK_ENTRY = {
     "permission": "allow",
     "host": "*",
 }
+ENTRY_FIELDS = tuple(BLANK_ENTRY)
+FILTER_FIELDS = tuple(name for name in ENTRY_FIELDS if name != "host")
 
 
 def _selected(request: HttpRequest) -> tuple[dict[str, str], AclFilter, dict[str, str]]:
