@@ -51,7 +51,7 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from mqcore import errors as mq
-from mqcore.store.space import is_disk_full
+from mqcore.store.files.space import is_disk_full
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 _TYPE_PREFIX = "urn:cairn:problem:"

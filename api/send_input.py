@@ -57,7 +57,7 @@ class _OutgoingBuilder:
     """The slots of the frozen :class:`OutgoingMessage`, assignable: filled, then its
     ``__class__`` set (identical layouts), it is an ordinary OutgoingMessage. The dataclass's
     own ``__init__`` (nine ``object.__setattr__`` calls) cost ~2 us a message, half of this
-    module's time (``mqcore.store.plain_batch`` does the same for PutResult)."""
+    module's time (``mqcore.store.put.plain_batch`` does the same for PutResult)."""
 
     __slots__ = OutgoingMessage.__slots__
 

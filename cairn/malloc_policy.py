@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 
-from mqcore.store import libc
+from mqcore.store.files import libc
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 from mqcore.errors import StoreLockedError
 from mqcore.services import locks
 from mqcore.store import MessageStore
-from mqcore.store.service_lock import ServiceLock, ServiceLocks
+from mqcore.store.files.service_lock import ServiceLock, ServiceLocks
 from tests.mqcore.services.conftest import SMALL
 
 
