@@ -25,7 +25,8 @@ def ids_of(message: MessageExt) -> tuple[str, str]:
 
 
 def previous_resends(group: str, messages: Iterable[MessageExt]) -> dict[str, list[dict[str, Any]]]:
-    """``{msgId: [{at, username, front_end, topic, queue_id, queue_offset}]}`` of the given
+    """``{msgId: [{at (epoch ms), at_text, username, front_end, topic, queue_id,
+    queue_offset}]}`` of the given
     DLQ records of ``group`` that were resent before, oldest first; the others are left out."""
     by_id: dict[str, str] = {}
     for message in messages:
@@ -43,6 +44,7 @@ def previous_resends(group: str, messages: Iterable[MessageExt]) -> dict[str, li
         found.setdefault(by_id[entry.target], []).append(
             {
                 "at": _ms(entry.timestamp),
+                "at_text": f"{entry.timestamp:%Y-%m-%d %H:%M:%S} UTC",
                 "username": entry.username,
                 "front_end": entry.front_end,
                 "topic": new.get("topic"),
