@@ -178,7 +178,7 @@ def _apply(
             f"{target} changed since the preview (another change, or the broker): "
             "this is what the upload would change now."
         )
-        return _preview(request, target, diff, token, notice=notice, status=409)
+        return _preview(request, target, diff, token, notice=notice)
     if not checkbox(request.POST, "confirm"):
         error = "tick the box to confirm that the whole table is replaced"
         return _preview(request, target, diff, token, error=error, status=400)

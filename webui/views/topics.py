@@ -226,7 +226,7 @@ def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
                 broker, name, valid.get("read_queue_nums"), valid.get("write_queue_nums")
             )
             if found["at_risk"] and not checkbox(request.POST, "confirm_impact"):
-                return page(found, 409)
+                return page(found, 200)  # a question, not an error
             new = broker.update_topic(name, **valid)
             old, changed = info.settings(), new.settings()
             if found["at_risk"]:
