@@ -17,6 +17,11 @@ from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.response import Response
 
+# DRF's settings import api.parsers, which imports api.exceptions: load DRF's views (and so
+# its settings) first, or a module importing this one first would find api.exceptions half
+# initialised.
+from rest_framework.views import APIView  # noqa: F401
+
 from api.exceptions import PROBLEM_CONTENT_TYPE, problem
 from api.serializers.common import ProblemSerializer
 
