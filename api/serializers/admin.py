@@ -211,4 +211,10 @@ class MeSerializer(serializers.Serializer):
 class ConfigImportResultSerializer(serializers.Serializer):
     document = serializers.CharField()
     applied = serializers.BooleanField()
+    dry_run = serializers.BooleanField()
     data_version = serializers.DictField()
+    diff = serializers.DictField(
+        help_text="entries added, removed and changed (field by field), the impact of the "
+        "removed and changed ones (messages per queue, groups with lag), `at_risk` and a "
+        "`summary`"
+    )

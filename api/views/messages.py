@@ -26,7 +26,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api import audit
+from api import audit, resends
+from api.confirm import (
+    CONFIRM_PARAMETERS,
+    NEEDS_CONFIRMATION,
+    ConfirmQuerySerializer,
+    confirmation_required,
+)
 from api.roles import require, require_some
 from api.send_input import plain_messages, round_robin_messages
 from api.send_output import send_response_json
@@ -271,23 +277,36 @@ class DlqResendView(BrokerView):
     @extend_schema(
         summary="Resend a message from the group's DLQ",
         description="Stores the %DLQ%<group> message again in its original topic (same "
-        "msgId, reconsume count 0).",
-        parameters=[GROUP, MSG_ID],
+        "msgId, reconsume count 0). Each resend is recorded in the audit log under the "
+        "msgId (action `message.dlq_resend`). A message resent from this DLQ before answers "
+        "409 with the earlier resends as `impact.resent` and is not resent, unless "
+        "`?confirm=true`.",
+        parameters=[GROUP, MSG_ID, *CONFIRM_PARAMETERS],
         request=None,
-        responses=responses({200: SendResultSerializer}),
+        responses={**responses({200: SendResultSerializer}), **NEEDS_CONFIRMATION},
     )
     def post(self, request: Request, group: str, msg_id: str) -> Response:
+        confirm = self.query(ConfirmQuerySerializer)["confirm"]
         require_some(request, Operation.WRITE, ResourceType.TOPIC)
         dlq = dlq_topic_name(group)
         require(request, Operation.DESCRIBE, Resource.group(group))
         require(request, Operation.READ, Resource.topic(dlq))
         self.broker.get_group(group)
+        found = None
         if self.broker.metadata.topics.get(dlq) is not None:
             found = copies.find(self.broker.reader, check_msg_id(msg_id), dlq)
             if found is not None and original_topic(found):  # else resend_from_dlq's 404
                 require(request, Operation.WRITE, Resource.topic(original_topic(found)))
+        if found is not None and not confirm:
+            before = resends.previous_resends(group, [found]).get(found.msg_id)
+            if before:
+                return confirmation_required(resends.impact(group, found, before))
         result = send_result(self.broker.resend_from_dlq(group, check_msg_id(msg_id)))
         audit.record(
-            request, "message.dlq_resend", "message", msg_id, new={"group": group, **result}
+            request,
+            "message.dlq_resend",
+            "message",
+            found.msg_id if found is not None else result["msg_id"],
+            new=resends.audit_value(group, found, result),
         )
         return Response(result)
