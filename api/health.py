@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from api import audit
+from accounts import audit
 from api.serializers.health import problem_dict
 from mqcore.store.health import Problem, StoreHealth
 

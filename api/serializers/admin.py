@@ -8,8 +8,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractUser
 from rest_framework import serializers
 
-from api.models import AuditEntry
-from api.roles import ROLES, role_of
+from accounts.models import AuditEntry
+from accounts.roles import ROLES, role_of
 from api.serializers.common import (
     EpochMsField,
     PageQuerySerializer,

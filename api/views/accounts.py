@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts import service
-from api.roles import ADMIN, has_role, subject_of
+from accounts.roles import ADMIN, has_role, subject_of
 from api.serializers.accounts import (
     AclCreatedSerializer,
     AclCreateSerializer,

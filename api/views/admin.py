@@ -9,9 +9,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 import mqcore
+from accounts.models import AuditEntry
+from accounts.roles import OPERATOR
 from api import health as store_health
-from api.models import AuditEntry
-from api.roles import OPERATOR
 from api.serializers import tiered
 from api.serializers.admin import (
     AuditEntrySerializer,

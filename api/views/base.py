@@ -11,9 +11,10 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from accounts.roles import OPERATOR, VIEWER
 from api.exceptions import BrokerUnavailable
 from api.negotiation import QuickContentNegotiation
-from api.roles import OPERATOR, VIEWER, RolePermission
+from api.permissions import RolePermission
 from api.serializers.common import PageQuerySerializer
 from cairn import runtime
 from mqcore.broker import Broker

@@ -20,9 +20,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api import audit
+from accounts import audit
 from api.parsers import RawDocumentParser
-from api.roles import require
+from api.permissions import require
 from api.serializers.admin import ConfigImportResultSerializer
 from api.views.base import BrokerView
 from api.views.schema import READ, responses

@@ -13,9 +13,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts import audit
 from accounts.acls import authorizer
-from api import audit
-from api.roles import require, subject_of
+from accounts.roles import subject_of
+from api.permissions import require
 from api.serializers.common import PageQuerySerializer
 from api.serializers.groups import (
     GroupCreateSerializer,

@@ -10,7 +10,7 @@ another request; it costs one parked thread per waiting request, for at most
 A send validates its body with :mod:`api.send_input` first (the serializer only for bodies
 that are not plainly valid, so errors are the serializer's; the usual batch, text bodies and
 keys only, goes to ``Broker.send_plain_round_robin`` as store messages) and writes its audit
-row with one INSERT (:func:`api.audit.record_quickly`); its response is written by
+row with one INSERT (:func:`accounts.audit.record_quickly`); its response is written by
 :mod:`api.send_output` (the bytes DRF's renderer would write, without a dict per message).
 """
 
@@ -26,8 +26,8 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api import audit
-from api.roles import require, require_some
+from accounts import audit
+from api.permissions import require, require_some
 from api.send_input import plain_messages, round_robin_messages
 from api.send_output import send_response_json
 from api.serializers.messages import (

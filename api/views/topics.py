@@ -10,9 +10,10 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts import audit
 from accounts.acls import authorizer
-from api import audit
-from api.roles import require, require_some, subject_of
+from accounts.roles import subject_of
+from api.permissions import require, require_some
 from api.serializers.common import PageQuerySerializer
 from api.serializers.tiered import queue_rows
 from api.serializers.topics import (

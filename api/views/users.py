@@ -24,8 +24,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts import logins, service
+from accounts.roles import ADMIN, role_of, subject_of
 from api.authentication import QuickTokenAuthentication
-from api.roles import ADMIN, role_of, subject_of
 from api.serializers.admin import (
     LoginSerializer,
     MeSerializer,

@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from accounts import service
-from api.roles import ADMIN
+from accounts.roles import ADMIN
 from api.serializers.accounts import (
     OPERATIONS,
     RESOURCE_TYPES,

@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from api import audit
+from accounts import audit
 from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import MQError

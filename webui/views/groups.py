@@ -18,8 +18,8 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
-from api import audit
-from api.roles import OPERATOR, has_role
+from accounts import audit
+from accounts.roles import OPERATOR, has_role
 from api.serializers.groups import (
     GroupCreateSerializer,
     GroupUpdateSerializer,

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 
 from accounts import service
-from api.roles import ADMIN, has_role
+from accounts.roles import ADMIN, has_role
 from api.serializers.accounts import TokenCreateSerializer, token_dict
 from mqcore.errors import MQError, NotFoundError
 from webui.access import SIGNED_IN, Refused, console_page, console_subject

@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
 
-from api import audit
+from accounts import audit
 from api.serializers import tiered
 from api.serializers.messages import MessageInSerializer, message_from, send_result
 from api.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer

@@ -20,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 
 from accounts import service
-from api.roles import ADMIN, ROLES
+from accounts.roles import ADMIN, ROLES
 from api.serializers.accounts import token_dict
 from api.serializers.admin import UserCreateSerializer, UserUpdateSerializer, user_dict
 from mqcore.errors import MQError
