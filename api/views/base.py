@@ -15,9 +15,9 @@ from accounts.roles import OPERATOR, VIEWER
 from api.exceptions import BrokerUnavailable
 from api.negotiation import QuickContentNegotiation
 from api.permissions import RolePermission
-from api.serializers.common import PageQuerySerializer
 from cairn import runtime
 from mqcore.broker import Broker
+from shared.serializers.common import PageQuerySerializer
 
 
 class BrokerView(APIView):

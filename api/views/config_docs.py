@@ -23,13 +23,13 @@ from rest_framework.response import Response
 from accounts import audit
 from api.parsers import RawDocumentParser
 from api.permissions import require
-from api.serializers.admin import ConfigImportResultSerializer
 from api.views.base import BrokerView
 from api.views.schema import READ, responses
 from mqcore.access.model import Operation, Resource
 from mqcore.errors import ValidationError as MQValidationError
 from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.jsonfile import loads_fastjson
+from shared.serializers.admin import ConfigImportResultSerializer
 
 DOCUMENTS = ("topics.json", "subscriptionGroup.json", "consumerOffset.json")
 

@@ -17,8 +17,20 @@ from accounts import audit
 from accounts.acls import authorizer
 from accounts.roles import subject_of
 from api.permissions import require
-from api.serializers.common import PageQuerySerializer
-from api.serializers.groups import (
+from api.views.base import BrokerView, paginate
+from api.views.schema import (
+    GROUP,
+    GROUP_EXAMPLE,
+    OFFSETS_EXAMPLE,
+    READ,
+    RESET_EXAMPLE,
+    problems,
+    responses,
+)
+from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.broker.types import GroupInfo
+from shared.serializers.common import PageQuerySerializer
+from shared.serializers.groups import (
     GroupCreateSerializer,
     GroupLagSerializer,
     GroupOffsetsSerializer,
@@ -34,18 +46,6 @@ from api.serializers.groups import (
     offsets_dict,
     plan_dict,
 )
-from api.views.base import BrokerView, paginate
-from api.views.schema import (
-    GROUP,
-    GROUP_EXAMPLE,
-    OFFSETS_EXAMPLE,
-    READ,
-    RESET_EXAMPLE,
-    problems,
-    responses,
-)
-from mqcore.access.model import Operation, Resource, ResourceType
-from mqcore.broker.types import GroupInfo
 
 _TOPIC_FILTER = TopicFilterSerializer
 

@@ -14,9 +14,15 @@ from accounts import audit
 from accounts.acls import authorizer
 from accounts.roles import subject_of
 from api.permissions import require, require_some
-from api.serializers.common import PageQuerySerializer
-from api.serializers.tiered import queue_rows
-from api.serializers.topics import (
+from api.views.base import BrokerView, paginate
+from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
+from cairn import runtime
+from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.broker.types import TopicInfo, TopicStatus
+from mqcore.errors import NotFoundError
+from shared.serializers.common import PageQuerySerializer
+from shared.serializers.tiered import queue_rows
+from shared.serializers.topics import (
     TOPIC_KINDS,
     TopicCreateSerializer,
     TopicDetailSerializer,
@@ -24,12 +30,6 @@ from api.serializers.topics import (
     TopicSerializer,
     TopicUpdateSerializer,
 )
-from api.views.base import BrokerView, paginate
-from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
-from cairn import runtime
-from mqcore.access.model import Operation, Resource, ResourceType
-from mqcore.broker.types import TopicInfo, TopicStatus
-from mqcore.errors import NotFoundError
 
 
 class TopicListQuerySerializer(PageQuerySerializer):

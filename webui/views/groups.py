@@ -20,7 +20,13 @@ from django.urls import reverse
 
 from accounts import audit
 from accounts.roles import OPERATOR, has_role
-from api.serializers.groups import (
+from mqcore.access.model import Operation, Resource
+from mqcore.broker import Broker, GroupInfo
+from mqcore.broker.copies import find as find_copy
+from mqcore.errors import MQError
+from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
+from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
+from shared.serializers.groups import (
     GroupCreateSerializer,
     GroupUpdateSerializer,
     ResetSerializer,
@@ -28,13 +34,7 @@ from api.serializers.groups import (
     lag_dict,
     plan_dict,
 )
-from api.serializers.messages import send_result
-from mqcore.access.model import Operation, Resource
-from mqcore.broker import Broker, GroupInfo
-from mqcore.broker.copies import find as find_copy
-from mqcore.errors import MQError
-from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
-from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
+from shared.serializers.messages import send_result
 from webui.access import (
     console_page,
     describable_groups,

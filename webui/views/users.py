@@ -21,9 +21,9 @@ from django.views.decorators.cache import never_cache
 
 from accounts import service
 from accounts.roles import ADMIN, ROLES
-from api.serializers.accounts import token_dict
-from api.serializers.admin import UserCreateSerializer, UserUpdateSerializer, user_dict
 from mqcore.errors import MQError
+from shared.serializers.accounts import token_dict
+from shared.serializers.admin import UserCreateSerializer, UserUpdateSerializer, user_dict
 from webui.access import console_page, console_subject
 from webui.views.common import checkbox, mq_errors, validate
 

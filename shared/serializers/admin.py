@@ -10,15 +10,15 @@ from rest_framework import serializers
 
 from accounts.models import AuditEntry
 from accounts.roles import ROLES, role_of
-from api.serializers.common import (
+from mqcore.broker.types import BrokerStatus
+from shared.serializers.common import (
     EpochMsField,
     PageQuerySerializer,
     StrictSerializer,
     page_serializer,
 )
-from api.serializers.health import StoreHealthSerializer
-from api.serializers.tiered import TierSummarySerializer
-from mqcore.broker.types import BrokerStatus
+from shared.serializers.health import StoreHealthSerializer
+from shared.serializers.tiered import TierSummarySerializer
 
 
 def epoch_ms(value: Any) -> int | None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accounts import audit
-from api.serializers.health import problem_dict
 from mqcore.store.health import Problem, StoreHealth
+from shared.serializers.health import problem_dict
 
 ACTION = "problem.acknowledge"
 TARGET_TYPE = "problem"
