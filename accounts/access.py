@@ -17,8 +17,9 @@ from django.utils import timezone
 from accounts import acls, audit, logins, scram_keys, service
 from accounts.roles import role_of
 from mqcore.access.authorizer import Authorizer, Subject
-from mqcore.access.backend import LoginRefused, ScramUser
+from mqcore.access.backend import LoginRefused
 from mqcore.access.model import AclEntry, AclFilter
+from mqcore.access.scram import ScramUser
 
 
 class DjangoAccess:
