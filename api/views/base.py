@@ -47,7 +47,7 @@ class BrokerView(APIView):
         holds the response (whose ``renderer_context`` holds the view). Left as cycles, a
         1000-message send's body (~2000 dicts and lists) outlived its request until a
         collection, promoted through the generations meanwhile and walked again by each
-        collection (with ``cairn.asgi``'s threshold as well, the collector's share of such a
+        collection (with ``server.asgi``'s threshold as well, the collector's share of such a
         send fell from ~2 ms to ~0.1 ms). Nothing reads these links after ``dispatch``: the
         handler renders and sends the response it returned."""
         state = self.__dict__
