@@ -4,7 +4,10 @@
   import counts, wherever it is written (at the top, inside a function, under
   ``TYPE_CHECKING``): an import moved into a function to dodge a cycle is still one.
 * ``webui`` never imports ``api``: what the console and the REST API share is in ``shared``
-  (validation, JSON shapes) and ``accounts`` (users, roles, permissions, the audit log).
+  (validation, JSON shapes) and ``accounts`` (users, roles, permissions, the audit log), and
+  neither imports a front end.
+* The Kafka listener imports only ``mqcore``: it reaches the accounts through
+  ``mqcore.access.backend.AccessBackend``.
 * ``mqcore`` is the bottom layer: it never imports a framework or an upper package.
 * Inside it, ``mqcore/format`` (RocketMQ's record bytes) is the bottom of the bottom: Spark
   executors import it, so it takes nothing from the store, the broker or the services, only
@@ -251,6 +254,19 @@ def test_no_import_cycles_within_a_package(graph: dict[str, set[str]]) -> None:
 
 def test_webui_never_imports_api() -> None:
     assert upward_imports(REPO, "webui", ["api"]) == []
+
+
+@pytest.mark.parametrize("package", ["shared", "accounts"])
+def test_what_the_front_ends_share_imports_no_front_end(package: str) -> None:
+    # webui would import api through them otherwise.
+    assert upward_imports(REPO, package, ["api", "webui", "kafka_listener", "server"]) == []
+
+
+def test_kafka_listener_reaches_the_accounts_only_through_the_access_backend() -> None:
+    # Roles, ACL entries and the audit log come through mqcore.access.backend.AccessBackend
+    # (the runtime hands it accounts.access.DjangoAccess): the listener imports no Django.
+    others = set(packages()) - {"kafka_listener", "mqcore"}
+    assert upward_imports(REPO, "kafka_listener", [*FRAMEWORKS, *others]) == []
 
 
 def test_mqcore_imports_no_framework_and_no_upper_package() -> None:
