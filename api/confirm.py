@@ -1,7 +1,7 @@
 """The REST API's confirmation rule for destructive changes (see README "Confirming
 destructive changes").
 
-A change that would lose or strand messages (:mod:`api.impact`: ``at_risk``) answers
+A change that would lose or strand messages (:mod:`shared.impact`: ``at_risk``) answers
 ``409 application/problem+json`` with type ``urn:cairn:problem:confirmation-required``, field
 ``confirm``, rule ``required``, and the measured ``impact``; nothing changes. The client
 repeats the request with ``?confirm=true`` to go ahead. A change that loses nothing (deleting
@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView  # noqa: F401
 
 from api.exceptions import PROBLEM_CONTENT_TYPE, problem
-from api.serializers.common import ProblemSerializer
+from shared.serializers.common import ProblemSerializer
 
 
 class ConfirmQuerySerializer(serializers.Serializer):
@@ -79,7 +79,7 @@ __all__ = [
 
 
 def confirmation_required(impact: dict[str, Any]) -> Response:
-    """The 409 for ``impact`` (an :mod:`api.impact` answer with ``at_risk`` set)."""
+    """The 409 for ``impact`` (an :mod:`shared.impact` answer with ``at_risk`` set)."""
     detail = f"{impact['summary']} Repeat with ?confirm=true to go ahead."
     errors = [{"field": "confirm", "rule": "required", "detail": detail}]
     response = problem(409, "confirmation-required", "Confirmation required", detail, errors)

@@ -20,17 +20,18 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api import audit, impact
+from accounts import audit
 from api.confirm import NEEDS_CONFIRMATION, ChangeQuerySerializer, confirmation_required
 from api.parsers import RawDocumentParser
-from api.roles import require
-from api.serializers.admin import ConfigImportResultSerializer
+from api.permissions import require
 from api.views.base import BrokerView
 from api.views.schema import READ, responses
 from mqcore.access.model import Operation, Resource
 from mqcore.errors import ValidationError as MQValidationError
 from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.jsonfile import loads_fastjson
+from shared import impact
+from shared.serializers.admin import ConfigImportResultSerializer
 
 DOCUMENTS = ("topics.json", "subscriptionGroup.json", "consumerOffset.json")
 

@@ -13,8 +13,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts import audit
 from accounts.acls import authorizer
-from api import audit, impact
+from accounts.roles import subject_of
 from api.confirm import (
     CHANGE_PARAMETERS,
     NEEDS_CONFIRMATION,
@@ -22,9 +23,22 @@ from api.confirm import (
     ImpactResultSerializer,
     confirmation_required,
 )
-from api.roles import require, subject_of
-from api.serializers.common import PageQuerySerializer
-from api.serializers.groups import (
+from api.permissions import require
+from api.views.base import BrokerView, paginate
+from api.views.schema import (
+    GROUP,
+    GROUP_EXAMPLE,
+    OFFSETS_EXAMPLE,
+    READ,
+    RESET_EXAMPLE,
+    problems,
+    responses,
+)
+from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.broker.types import GroupInfo
+from shared import impact
+from shared.serializers.common import PageQuerySerializer
+from shared.serializers.groups import (
     GroupCreateSerializer,
     GroupLagSerializer,
     GroupOffsetsSerializer,
@@ -40,18 +54,6 @@ from api.serializers.groups import (
     offsets_dict,
     plan_dict,
 )
-from api.views.base import BrokerView, paginate
-from api.views.schema import (
-    GROUP,
-    GROUP_EXAMPLE,
-    OFFSETS_EXAMPLE,
-    READ,
-    RESET_EXAMPLE,
-    problems,
-    responses,
-)
-from mqcore.access.model import Operation, Resource, ResourceType
-from mqcore.broker.types import GroupInfo
 
 _TOPIC_FILTER = TopicFilterSerializer
 

@@ -10,8 +10,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts import audit
 from accounts.acls import authorizer
-from api import audit, impact
+from accounts.roles import subject_of
 from api.confirm import (
     CHANGE_PARAMETERS,
     CONFIRM_PARAMETERS,
@@ -21,10 +22,17 @@ from api.confirm import (
     ImpactResultSerializer,
     confirmation_required,
 )
-from api.roles import require, require_some, subject_of
-from api.serializers.common import PageQuerySerializer
-from api.serializers.tiered import queue_rows
-from api.serializers.topics import (
+from api.permissions import require, require_some
+from api.views.base import BrokerView, paginate
+from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
+from cairn import runtime
+from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.broker.types import TopicInfo, TopicStatus
+from mqcore.errors import NotFoundError
+from shared import impact
+from shared.serializers.common import PageQuerySerializer
+from shared.serializers.tiered import queue_rows
+from shared.serializers.topics import (
     TOPIC_KINDS,
     TopicCreateSerializer,
     TopicDetailSerializer,
@@ -32,12 +40,6 @@ from api.serializers.topics import (
     TopicSerializer,
     TopicUpdateSerializer,
 )
-from api.views.base import BrokerView, paginate
-from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
-from cairn import runtime
-from mqcore.access.model import Operation, Resource, ResourceType
-from mqcore.broker.types import TopicInfo, TopicStatus
-from mqcore.errors import NotFoundError
 
 
 class TopicListQuerySerializer(PageQuerySerializer):

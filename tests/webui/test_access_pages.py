@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.access.authorizer import Authorizer
 from mqcore.access.model import (
     AclEntry,

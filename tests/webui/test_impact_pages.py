@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.broker import Broker
 from tests.webui.conftest import client_for, make_user, send
 

@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.broker import Broker
 from tests.webui.conftest import PASSWORD, client_for, make_user, send
 

@@ -4,7 +4,7 @@ upload to replace a whole table (``ALTER`` on the cluster: admins).
 
 An upload is checked and compared first: the page shows the diff (entries added, removed,
 changed field by field) and what it strands (a removed topic's messages per queue and its
-groups with lag, ...: :func:`api.impact.config_diff`); the table is replaced only when the
+groups with lag, ...: :func:`shared.impact.config_diff`); the table is replaced only when the
 user confirms that diff (POST ``action=apply`` with the preview's token, :mod:`webui.pending`).
 """
 
@@ -17,13 +17,14 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from api import audit, impact
+from accounts import audit
 from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import MQError
 from mqcore.errors import ValidationError as MQValidationError
 from mqcore.metadata.config_file import ConfigFileManager
 from mqcore.metadata.jsonfile import loads_fastjson
+from shared import impact
 from webui import pending
 from webui.access import console_page, get_broker, may, require
 from webui.views.common import checkbox

@@ -18,9 +18,16 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
-from api import audit, impact, resends
-from api.roles import OPERATOR, has_role
-from api.serializers.groups import (
+from accounts import audit
+from accounts.roles import OPERATOR, has_role
+from mqcore.access.model import Operation, Resource
+from mqcore.broker import Broker, GroupInfo
+from mqcore.broker.copies import find as find_copy
+from mqcore.errors import MQError
+from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
+from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
+from shared import impact, resends
+from shared.serializers.groups import (
     GroupCreateSerializer,
     GroupUpdateSerializer,
     ResetSerializer,
@@ -28,13 +35,7 @@ from api.serializers.groups import (
     lag_dict,
     plan_dict,
 )
-from api.serializers.messages import send_result
-from mqcore.access.model import Operation, Resource
-from mqcore.broker import Broker, GroupInfo
-from mqcore.broker.copies import find as find_copy
-from mqcore.errors import MQError
-from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
-from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
+from shared.serializers.messages import send_result
 from webui.access import (
     console_page,
     describable_groups,
@@ -495,7 +496,7 @@ def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
     """The group's dead letters (``%DLQ%<group>``: ``READ`` on it), oldest first, 50 a page;
     selected ones can be resent to their original topic (``WRITE`` on it; POST ``msg_id``
     list: nothing is resent unless every one may be). When a selected message was resent
-    from this DLQ before (:mod:`api.resends`), nothing is resent: the page lists the earlier
+    from this DLQ before (:mod:`shared.resends`), nothing is resent: the page lists the earlier
     resends and asks again (POST ``again``)."""
     broker = get_broker()
     topic = dlq_topic_name(name)

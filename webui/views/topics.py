@@ -18,17 +18,18 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
 
-from api import audit, impact
-from api.serializers import tiered
-from api.serializers.messages import MessageInSerializer, message_from, send_result
-from api.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer
-from api.views.messages import born_host
+from accounts import audit
 from cairn import runtime
 from mqcore.access.model import Operation, Resource, ResourceType
 from mqcore.broker import Broker, TopicInfo
 from mqcore.broker.view import subscribed_groups
 from mqcore.errors import MQError, NotFoundError
 from mqcore.metadata.topics import MAX_QUEUE_NUMS, TOPIC_FILTER_TYPES
+from shared import impact
+from shared.addresses import born_host
+from shared.serializers import tiered
+from shared.serializers.messages import MessageInSerializer, message_from, send_result
+from shared.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer
 from webui.access import (
     Refused,
     console_page,

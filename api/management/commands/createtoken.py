@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import service
-from api.roles import ROLES, role_of
+from accounts.roles import ROLES, role_of
 from mqcore.access.authorizer import Subject
 from mqcore.errors import MQError
 

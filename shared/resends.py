@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.message import MessageExt
 
 ACTION = "message.dlq_resend"
