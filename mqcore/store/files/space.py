@@ -11,12 +11,11 @@ writable mapping in the store reserves the range it is about to write first
 (``MappedFile.reserve_to``, ``IndexFile.create``, the progress file), so a full disk turns
 into a refused write (:class:`~mqcore.errors.DiskFullError`) and never into a fault.
 
-What a reservation costs (``posix_fallocate`` mode 0, measured on this project's CI box,
-Linux 6.x)::
+What a reservation costs (``posix_fallocate`` mode 0, Linux 6.x), in orders of magnitude::
 
     file system   4 MiB      64 MiB     1 GiB      again over reserved blocks (1 GiB)
-    ext4          0.01 ms    0.02 ms    0.7-2 ms   0.02 ms    (unwritten extents)
-    tmpfs         1.1 ms     19 ms      310 ms     890 ms     (pages zeroed and charged)
+    ext4          ~10 us     ~10 us     ~1 ms      ~10 us     (unwritten extents)
+    tmpfs         ~1 ms      ~20 ms     ~300 ms    ~1 s       (pages zeroed and charged)
 
 ext4 only records extents, but the blocks count as used at once; tmpfs really allocates
 the memory. Reserving a whole 1 GiB CommitLog segment on each roll would make a store
