@@ -2,6 +2,7 @@
 
 from django.urls import path, register_converter
 
+from webui.names import NameConverter
 from webui.views import (
     accounts,
     acls,
@@ -15,7 +16,6 @@ from webui.views import (
     trace,
     users,
 )
-from webui.names import NameConverter
 
 register_converter(NameConverter, "name")
 
