@@ -263,9 +263,11 @@
       var empty = document.querySelector('[data-filter-empty="' + table.id + '"]');
       var apply = function () {
         var q = input.value.trim().toLowerCase();
+        var stored = q.replace(/\./g, "|"); // Kafka's shop.orders is the store's shop|orders
         var shown = 0;
         table.querySelectorAll("tbody tr").forEach(function (tr) {
-          var hit = !q || (tr.getAttribute("data-search") || tr.textContent).toLowerCase().indexOf(q) >= 0;
+          var text = (tr.getAttribute("data-search") || tr.textContent).toLowerCase();
+          var hit = !q || text.indexOf(q) >= 0 || text.indexOf(stored) >= 0;
           tr.hidden = !hit;
           if (hit) shown++;
         });
