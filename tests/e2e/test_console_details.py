@@ -107,9 +107,7 @@ def test_console_sends_take_what_rest_takes_and_refuse_more_on_the_form(
         big = "x" * (3 * MiB)
         page.fill("#s-body", big)
         page.get_by_role("button", name="Send message").click()
-        expect(page.locator('[data-testid="send-result"]')).to_contain_text(
-            "Sent", timeout=30_000
-        )
+        expect(page.locator('[data-testid="send-result"]')).to_contain_text("Sent", timeout=30_000)
 
         too_big = "y" * (4 * MiB + 1)
         page.fill("#s-keys", "kept-key")
@@ -236,9 +234,7 @@ def _df(path: str) -> tuple[int, str]:
     return int(pcent.rstrip("%")), target.strip()
 
 
-def test_disk_card_shows_the_disk_guards_figure_and_file_system(
-    server: Server, page: Any
-) -> None:
+def test_disk_card_shows_the_disk_guards_figure_and_file_system(server: Server, page: Any) -> None:
     """The card's figure is ``df``'s Use% of the CommitLog's file system (what the disk
     guard compares with its ratios); used / total, which it showed, reads far lower."""
     from playwright.sync_api import expect
@@ -350,9 +346,7 @@ def test_tables_stay_usable_on_a_phone(server: Server, browser: Any) -> None:
     phone.close()
 
 
-def test_favicon_is_served_and_no_page_asks_for_a_missing_file(
-    server: Server, page: Any
-) -> None:
+def test_favicon_is_served_and_no_page_asks_for_a_missing_file(server: Server, page: Any) -> None:
     base = server.base
     missing: list[str] = []
     page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
