@@ -9,8 +9,8 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from api.models import AuditEntry
-from api.roles import OPERATOR
+from accounts.models import AuditEntry
+from accounts.roles import OPERATOR
 from webui.access import console_page
 from webui.names import store_name
 
