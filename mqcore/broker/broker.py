@@ -74,10 +74,10 @@ from mqcore.message import Message, MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
+from mqcore.store.files.space import existing_parent, partition_of
 from mqcore.store.put.plain_batch import PlainColumns
 from mqcore.store.read.record_views import RecordsResult
 from mqcore.store.results import GetStatus
-from mqcore.store.space import existing_parent, partition_of
 from mqcore.store.store import MessageStore
 
 QueueRef = tuple[str, int, int]

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from mqcore.message import MessageExt
-from mqcore.store.space import used_ratio
+from mqcore.store.files.space import used_ratio
 
 __all__ = [
     "BrokerStatus",
@@ -442,6 +442,6 @@ class BrokerStatus:
 
     @property
     def disk_used_ratio(self) -> float:
-        """The disk guard's figure (:func:`mqcore.store.space.used_ratio`, ``df``'s Use%):
+        """The disk guard's figure (:func:`mqcore.store.files.space.used_ratio`, ``df``'s Use%):
         blocks reserved for root count as used, as they are unusable to the broker."""
         return used_ratio(self.disk_used_bytes, self.disk_free_bytes)
