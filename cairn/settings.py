@@ -161,6 +161,11 @@ CAIRN_API = {
     "MAX_PAGE_MESSAGES": 1_000,
 }
 
+# Console form posts take what REST takes: a message body up to maxMessageSize (4 MiB),
+# which a form's percent-encoding inflates up to three times. Django's default (2.5 MiB)
+# ended a console send of a 2.5 MiB body on a bare "Bad Request (400)" page.
+DATA_UPLOAD_MAX_MEMORY_SIZE = CAIRN_API["MAX_REQUEST_BYTES"]
+
 # The broker runtime (store, services, Kafka listener) reads these.
 CAIRN = {
     "STORE_DIR": env.store_dir(),

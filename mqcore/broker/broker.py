@@ -74,6 +74,7 @@ from mqcore.message import Message, MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
+from mqcore.store.files.space import existing_parent, partition_of
 from mqcore.store.put.plain_batch import PlainColumns
 from mqcore.store.read.record_views import RecordsResult
 from mqcore.store.results import GetStatus
@@ -705,7 +706,11 @@ class Broker(BrokerAdmin):
                 ``{loop.name: loop.state.as_dict() for loop in loops}``.
         """
         root = self.store.root
-        usage = shutil.disk_usage(root)
+        # The CommitLog's partition, as the disk guard measures it (it may be a mount of
+        # its own under the store root): the console and the guard show the same figure.
+        disk_path = existing_parent(root / "commitlog")
+        usage = shutil.disk_usage(disk_path)
+        mount, fs_type = partition_of(disk_path)
         now = self.clock.now_ms()
         return BrokerStatus(
             broker_name=self._broker_name,
@@ -727,6 +732,9 @@ class Broker(BrokerAdmin):
             topic_count=len(self.metadata.topics.list()),
             group_count=len(self.metadata.groups.list()),
             services={name: dict(state) for name, state in (services or {}).items()},
+            disk_path=disk_path,
+            disk_mount=mount,
+            disk_fs_type=fs_type,
         )
 
 

@@ -45,6 +45,7 @@ from webui.access import (
     require,
 )
 from webui.format import format_pairs, parse_pairs
+from webui.names import store_name
 from webui.search import parse_time, row
 from webui.views.common import checkbox, mq_errors, submit_form, validate
 
@@ -94,7 +95,8 @@ def group_list(request: HttpRequest) -> HttpResponse:
     shown = set(describable_groups(request, [g.name for g in groups]))
     groups = [g for g in groups if g.name in shown]
     if q:
-        groups = [g for g in groups if q.lower() in g.name.lower()]
+        needle = store_name(q).lower()  # Kafka's spelling finds the store's
+        groups = [g for g in groups if needle in g.name.lower()]
     page = Paginator(groups, PAGE_SIZE).get_page(request.GET.get("page"))
     rows = []
     for info in page.object_list:
@@ -148,7 +150,7 @@ def _group_form_data(post: QueryDict, *, create: bool) -> tuple[dict[str, Any], 
         except ValueError as exc:
             errors["group_retry_policy"] = f"not valid JSON: {exc}"
     if create:
-        data["name"] = post.get("name", "").strip()
+        data["name"] = store_name(post.get("name", "").strip())
     return data, errors
 
 

@@ -25,6 +25,7 @@ from mqcore.broker import Broker, TopicInfo
 from mqcore.broker.view import subscribed_groups
 from mqcore.errors import MQError, NotFoundError
 from mqcore.metadata.topics import MAX_QUEUE_NUMS, TOPIC_FILTER_TYPES
+from mqcore.validation import MAX_TOPIC_LENGTH
 from shared import impact
 from shared.addresses import born_host
 from shared.serializers import tiered
@@ -44,6 +45,7 @@ from webui.access import (
     role_needed,
 )
 from webui.format import format_pairs, human_duration_ms, parse_pairs
+from webui.names import store_name
 from webui.views.common import checkbox, mq_errors, submit_form, validate
 
 PAGE_SIZE = 100
@@ -90,7 +92,8 @@ def topic_list(request: HttpRequest) -> HttpResponse:
         kind = ""
         topics = [t for t in topics if t.kind != "system"]
     if q:
-        topics = [t for t in topics if q.lower() in t.name.lower()]
+        needle = store_name(q).lower()  # Kafka's shop.orders finds the store's shop|orders
+        topics = [t for t in topics if needle in t.name.lower()]
     page = Paginator(topics, PAGE_SIZE).get_page(request.GET.get("page"))
     rows = [r for r in (_topic_row(broker, info) for info in page.object_list) if r is not None]
     return render(
@@ -126,7 +129,7 @@ def _topic_form_data(post: QueryDict, *, create: bool) -> tuple[dict[str, Any], 
         "attributes": attributes,
     }
     if create:
-        data["name"] = post.get("name", "").strip()
+        data["name"] = store_name(post.get("name", "").strip())
     return data, errors
 
 
@@ -166,6 +169,7 @@ def _form_context(info: TopicInfo | None, post: QueryDict | None) -> dict[str, A
         "perms": PERMS,
         "filter_types": sorted(TOPIC_FILTER_TYPES),
         "max_queue_nums": MAX_QUEUE_NUMS,
+        "max_name_length": MAX_TOPIC_LENGTH,
     }
 
 
@@ -339,6 +343,7 @@ def _topic_context(request: HttpRequest, broker: Broker, info: TopicInfo) -> dic
         "queue_choices": range(max(info.write_queue_nums, info.read_queue_nums, 1)),
         "delay_choices": _delay_choices(broker),
         "send": _send_form_defaults(),
+        "max_body_bytes": broker.store.config.max_message_size,
         "send_errors": {},
         "allowed": {
             "read": may(request, Operation.READ, topic),
@@ -419,6 +424,7 @@ def topic_send(request: HttpRequest, name: str) -> HttpResponse:
                     format_html(
                         'Sent <a href="{}" class="mono">{}</a> to {}.', link, sent["msg_id"], where
                     ),
+                    extra_tags="inline send-result",  # shown in the send card (topic.html)
                 )
                 return redirect(reverse("webui:topic", args=[name]) + "#send")
     context = _topic_context(request, broker, info)

@@ -79,3 +79,16 @@ def test_usage_ratio_measures_the_nearest_existing_parent(tmp_path: Path) -> Non
         half = space.usage_ratio(str(mount))
     assert empty == 0.0
     assert 0.5 <= half <= 0.52  # ceil to the percent, as RocketMQ
+
+
+def test_used_ratio_is_dfs_use_percent_and_the_partition_is_named(tmp_path: Path) -> None:
+    """What the overview shows is the guard's figure: used / (used + available), rounded up
+    as df's Use% is; and the partition's mount point and type."""
+    st = os.statvfs(tmp_path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    usable = st.f_bavail * st.f_frsize
+    assert space.used_ratio(used, usable) == space.usage_ratio(str(tmp_path))
+    assert space.used_ratio(1, 2) == 0.34 and space.used_ratio(0, 0) == 0.0
+    mount, fs_type = space.partition_of(tmp_path / "not" / "yet")
+    assert os.path.ismount(mount) and str(tmp_path).startswith(mount)
+    assert fs_type != ""
