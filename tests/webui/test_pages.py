@@ -560,3 +560,20 @@ def test_audit_log_lists_and_filters(broker: Broker, operator: Any) -> None:
     assert filtered.count("<code>topic.create</code>") == 1 and "Payments" in filtered
     prefix = html(client.get("/audit/?action=message."))
     assert "<code>message.send</code>" in prefix and "<code>topic.create</code>" not in prefix
+
+
+def test_kafka_named_topic_and_group_are_deleted_by_their_typed_names(
+    broker: Broker, operator: Any
+) -> None:
+    # Kafka spells them shop.orders; the store keeps shop|orders. The delete pages take the
+    # name as a person types it, as every other console form does (webui/names.py).
+    broker.create_topic("shop|orders", read_queue_nums=1, write_queue_nums=1)
+    broker.create_group("shop|billing")
+    client = client_for(operator)
+    refused = client.post("/topics/shop.orders/delete/", {"confirm_name": "shop.order"})
+    assert refused.status_code == 400 and broker.metadata.topics.get("shop|orders") is not None
+    deleted = client.post("/topics/shop.orders/delete/", {"confirm_name": "shop.orders"})
+    assert deleted.status_code == 302 and broker.metadata.topics.get("shop|orders") is None
+    deleted = client.post("/groups/shop.billing/delete/", {"confirm_name": "shop.billing"})
+    assert deleted.status_code == 302
+    assert AuditEntry.objects.filter(action="group.delete", target="shop|billing").exists()

@@ -256,7 +256,7 @@ def group_delete(request: HttpRequest, name: str) -> HttpResponse:
     found = impact.group_delete(broker, name)
     error = ""
     if request.method == "POST":
-        if request.POST.get("confirm_name", "").strip() != name:
+        if store_name(request.POST.get("confirm_name", "").strip()) != name:
             error = "Type the group's name exactly to confirm."
         else:
             remove_offsets = checkbox(request.POST, "remove_offsets")

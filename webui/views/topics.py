@@ -260,7 +260,7 @@ def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
     found = impact.topic_delete(broker, name)
     error = ""
     if request.method == "POST":
-        if request.POST.get("confirm_name", "").strip() != name:
+        if store_name(request.POST.get("confirm_name", "").strip()) != name:
             error = "Type the topic's name exactly to confirm."
         else:
             try:
