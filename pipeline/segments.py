@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mqcore.format.chain import candidates, walk
 from mqcore.format.layout import (
     HEADER_SIZES,
     HOST_V6_FLAGS,
@@ -59,7 +60,6 @@ from mqcore.format.record import (
     Valid,
     check_record,
 )
-from pipeline.chain import candidates, chain
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -444,9 +444,10 @@ def _walk(
     want = chunk_bytes
     while not state.stopped and rel < stop_rel:
         data = mapped[rel : rel + want]
-        positions = array("i")
         limit = min(len(data) - SIZE_MAGIC.size, stop_rel - rel - 1)
-        end = chain(data, limit, rng.base_offset + rel, positions)
+        starts, end = walk(data, 0, limit + 1, base=rng.base_offset + rel)
+        positions = array("i")
+        positions.frombytes(starts.astype(np.int32).tobytes())
         count, q, reason, want = _cut(data, positions, end, rel, rng.file_size, chunk_bytes)
         if rng.verify_crc:
             bad = _first_bad_crc(data, positions, count, end)
