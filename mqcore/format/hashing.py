@@ -1,4 +1,4 @@
-"""Java-compatible hashes and checksums used by the store files.
+"""Java's ``String.hashCode``, as the store files use it.
 
 RocketMQ derives two on-disk values from Java's ``String.hashCode()``:
 
@@ -11,9 +11,6 @@ units** (a character outside the BMP contributes its two surrogates), wrapped to
 read as a signed int::
 
     h(s) = sum(unit[i] * 31**(n-1-i) for i in range(n))  mod 2**32, then signed
-
-The CommitLog body CRC (and the optional property CRC) is zlib's CRC-32 masked to 31 bits
-(spec 0), stored as a non-negative int32.
 
 Speed notes (CPython 3.12, one core of the CI box). A plain Python loop costs roughly 60 ns per
 UTF-16 unit, so it is used only for strings of fewer than 8 units. Longer ASCII strings, which
@@ -36,7 +33,6 @@ would only grow.
 from __future__ import annotations
 
 import sys
-import zlib
 from array import array
 from collections import deque
 from collections.abc import Sequence
@@ -56,14 +52,13 @@ __all__ = [
     "index_key_hash",
     "java_hash_u32",
     "java_string_hash",
-    "masked_crc32",
     "tag_code",
 ]
 
 _MASK32 = 0xFFFFFFFF
 _SIGN32 = 0x80000000
 _INT_MIN = -(1 << 31)
-_CRC_MASK = 0x7FFFFFFF
+_LOW31 = 0x7FFFFFFF
 
 # Native-order UTF-16, so that ``array("H", ...)`` yields the code units without swapping.
 _UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
@@ -149,7 +144,7 @@ def index_hash_with_prefix(prefix_hash: int, key: str) -> int:
 
 def _index_abs(h: int) -> int:
     """``Math.abs`` of the signed reading of unsigned ``h``; ``Integer.MIN_VALUE`` gives 0."""
-    return h if h < _SIGN32 else ((1 << 32) - h) & _CRC_MASK
+    return h if h < _SIGN32 else ((1 << 32) - h) & _LOW31
 
 
 # --- many index keys at once ---------------------------------------------------------------------
@@ -172,7 +167,7 @@ _LANES_MIN = 48
 _LANES_MAX_UNITS = 256
 _THIRTY_ONE = np.uint32(31)
 _SIGN = np.uint32(1 << 31)
-_ABS_MASK = np.uint32(_CRC_MASK)
+_ABS_MASK = np.uint32(_LOW31)
 
 
 def index_hashes_with_prefix(prefix_hashes: Sequence[int], keys: Sequence[str]) -> list[int]:
@@ -391,8 +386,3 @@ def tag_code(tags: str | None) -> int:
     if not tags:
         return 0
     return java_string_hash(tags)
-
-
-def masked_crc32(data: bytes | bytearray | memoryview) -> int:
-    """RocketMQ's ``UtilAll.crc32``: zlib CRC-32 masked to 31 bits, so always ``>= 0``."""
-    return zlib.crc32(data) & _CRC_MASK
