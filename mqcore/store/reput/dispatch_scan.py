@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from mqcore.format.chain import walk
 from mqcore.format.delay_levels import SCHEDULE_TOPIC
-from mqcore.format.hashing import java_string_hash
+from mqcore.format.hashing import tag_code, tag_codes
 from mqcore.format.layout import (
     HEADER_SIZES,
     HOST_V6_FLAGS,
@@ -133,10 +133,6 @@ type _Grid = npt.NDArray[np.uint8]
 # How _scan_records ended.
 _GOING, _BLANK, _ENDED = 0, 1, 2
 
-# Tag codes by tag (a small vocabulary, unlike keys): one lookup instead of a hash.
-# No tags (None) is code 0, as _tag_code has it: a run without TAGS maps in one pass too.
-_TAG_CODES: dict[str | None, int] = {None: 0}  # map(get) over a column: None is a miss
-_TAG_CODES_MAX = 4096
 # Topics by their bytes: a decode saved per record (a broker has few topics).
 _TOPICS: dict[bytes, str] = {}
 _TOPICS_MAX = 4096
@@ -191,7 +187,6 @@ def _scan_records(
     unpack_length = PROPERTIES_LENGTH.unpack_from
     append = rows.append
     topics = _TOPICS
-    tag_codes = _TAG_CODES
     for _ in range(budget):
         if pos >= stop:
             break
@@ -223,14 +218,7 @@ def _scan_records(
                             topics[raw_topic] = topic
                     if topic:
                         tags, keys, uniq_key = _properties_of(buf[properties_pos:end])
-                        tags_code = 0
-                        if tags:
-                            cached = tag_codes.get(tags)
-                            if cached is None:
-                                cached = java_string_hash(tags)
-                                if len(tag_codes) < _TAG_CODES_MAX:
-                                    tag_codes[tags] = cached
-                            tags_code = cached
+                        tags_code = tag_code(tags)
                         append(
                             (
                                 topic,
@@ -530,13 +518,10 @@ def _append_run(
     for row, name in enumerate(_NUMBER_NAMES):
         if name:
             numbers[row] = heads[name]
-    if tags.count(None) == count:  # no TAGS (a Kafka run): code 0, as _tag_code has it
+    if tags.count(None) == count:  # no TAGS (a Kafka run): code 0, as tag_code has it
         numbers[_TAGS_ROW] = 0
     else:
-        tags_codes = list(map(_TAG_CODES.get, tags))
-        if None in tags_codes:
-            tags_codes = list(map(_tag_code, tags))
-        numbers[_TAGS_ROW] = tags_codes  # type: ignore[assignment]  # None ruled out
+        numbers[_TAGS_ROW] = tag_codes(tags)
     out.add_run(numbers, changes, keys, uniq_keys)
 
 
@@ -548,18 +533,6 @@ def _cache_topic(raw: bytes) -> str | None:
     if len(_TOPICS) < _TOPICS_MAX:
         _TOPICS[raw] = topic
     return topic
-
-
-def _tag_code(tags: str | None) -> int:
-    """The tag code _scan_records gives ``tags`` (and remembered)."""
-    if not tags:
-        return 0
-    code = _TAG_CODES.get(tags)
-    if code is None:
-        code = java_string_hash(tags)
-        if len(_TAG_CODES) < _TAG_CODES_MAX:
-            _TAG_CODES[tags] = code
-    return code
 
 
 def _properties_of_run(
