@@ -129,7 +129,8 @@ def walk(
     if start >= stop or cap <= 0:
         return np.zeros(0, np.int64), start
     octets = np.frombuffer(data, np.uint8)
-    totals = np.ndarray((len(octets) - 3,), ">i4", octets, 0, (1,))
+    # TOTALSIZE at each position from ``start`` on: indexed by the relative positions found.
+    totals = np.ndarray((len(octets) - start - 3,), ">i4", octets, start, (1,))
     q = start
     stretches: list[I64] = []
     taken = same = guesses = 0
@@ -137,7 +138,7 @@ def walk(
     while taken < cap and (guesses < _GUESSES or same >= _STRETCH_MIN):
         if q >= stop:
             break
-        stride = int(totals[q])
+        stride = int(totals[q - start])
         if stride < MIN_RECORD_SIZE or (end is not None and stride > end - q):
             ended = True
             break
@@ -146,10 +147,10 @@ def walk(
         count = min(cap - taken, _STRETCH_MAX, (stop - q + stride - 1) // stride)
         if end is not None:
             count = min(count, (end - q) // stride)
-        guess = np.arange(q, q + count * stride, stride, dtype=np.int64)
+        guess = np.arange(q - start, q - start + count * stride, stride, dtype=np.int64)
         held = totals[guess] == stride
         same = count if held.all() else int(held.argmin())
-        stretches.append(guess[:same] - start)
+        stretches.append(guess[:same])
         taken += same
         q += same * stride
         guesses += 1
