@@ -276,8 +276,9 @@ def _properties_of(raw: bytes) -> tuple[str | None, str | None, str | None]:
 # their values, a row tuple that the writer then takes apart again. _scan_run leaves all of it
 # to passes over the whole run: the TOTALSIZE chain (mqcore.format.chain.walk), the headers
 # gathered and checked as numpy columns (_frame_run, ~1 us per record less than a header
-# unpack, checks and slices per record in Python), the topic decoded where it changes, and the properties of all records joined, decoded and split at once
-# (_properties_of_run; joined by numpy when they have one length). The framing checks are
+# unpack, checks and slices per record in Python), the topic decoded where it changes, and
+# the properties of all records joined, decoded and split at once (_properties_of_run;
+# joined by numpy when they have one length). The framing checks are
 # _scan_records' own; a record off that path ends the run, and _scan_records takes it.
 
 #: What comes before TAGS' value (after the previous record's \x02 and the joiner), before
