@@ -39,6 +39,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that it times the whole chain (cairn.metrics.requests): GET /metrics.
+    "cairn.metrics.requests.HttpMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -207,6 +209,10 @@ SECURE_CSP = {
     "form-action": ["'self'"],
     "frame-ancestors": ["'none'"],
 }
+
+# -- GET /metrics (README "Prometheus metrics"; cairn.metrics) ------------------------------
+# Addresses that may scrape without a token; empty: every scrape authenticates.
+CAIRN_METRICS_ALLOW = env.metrics_allow()
 
 # -- Accounts (README "Security"): failed logins, lockout, SCRAM --------------------------
 CAIRN_ACCOUNTS = {
