@@ -167,8 +167,11 @@ def serve_cairn(
     SIGUSR1 (the driver sends one after each workload, see :func:`profiler`)."""
     dump = profiler(Path(profile_dir)) if profile_dir else None
 
+    # cairn.metrics is imported before settle_long_lived, as runbroker imports it (through
+    # its URLs) before cairn.asgi settles the heap.
     from cairn.gc_policy import settle_long_lived
     from cairn.malloc_policy import keep_large_buffers
+    from cairn.metrics.requests import watch_kafka
     from kafka_listener.handlers import ListenerConfig
     from kafka_listener.server import KafkaListener
     from mqcore.broker.broker import Broker
@@ -184,8 +187,6 @@ def serve_cairn(
         config, options = kafka_security.listener_options(security, tls_dir)
         listener = KafkaListener(broker, ListenerConfig(port=port, **cache, **config), **options)
         if metrics:
-            from cairn.metrics.requests import watch_kafka
-
             watch_kafka(listener)
         await listener.start()
         done = asyncio.Event()

@@ -36,8 +36,8 @@ SASL_SSL); a verified client certificate's CN is looked up once per connection.
 Instrumentation: :attr:`KafkaListener.observe_request`, when set (``runbroker`` sets it to
 ``cairn.metrics``' histogram), is called with the API key and the seconds from the
 request's dispatch to its answer being queued (a Produce's ``Later``: until it resolves)
-for every request the handlers answer (not ApiVersions, which the connection answers
-itself, nor SASL). :attr:`KafkaListener.connection_count` is the open connections.
+for every request the handlers answer (not SASL's, nor an unsupported version the
+connection refuses itself). :attr:`KafkaListener.connection_count` is the open connections.
 
 A timer task calls the group coordinator's ``tick`` every ``tick_interval_s``; another
 looks for idle connections every ``idle_check_s`` (a quarter of ``idle_ms``, at most a

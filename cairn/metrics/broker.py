@@ -41,7 +41,10 @@ metric                                      type     meaning
 ==========================================  =======  ============================================
 
 Replication lag and broker roles join these when replication exists; until then they are
-absent, not zero.
+absent, not zero. The hook for them: a collector of its own, registered with
+:data:`cairn.metrics.registry.REGISTRY` by whatever runs replication (as
+:mod:`cairn.metrics.requests` registers its own), reading the replicas' state at scrape
+time like this one.
 """
 
 from __future__ import annotations
