@@ -425,12 +425,6 @@ def test_console_websockets_are_counted(rt: BrokerRuntime) -> None:
     assert value(scrape(client), "cairn_websocket_connections") == base
 
 
-def test_the_asgi_application_counts_its_websockets() -> None:
-    from cairn.asgi import application
-
-    assert isinstance(application.application_mapping["websocket"], CountWebsockets)
-
-
 # -- the Grafana dashboard ----------------------------------------------------------------------
 
 

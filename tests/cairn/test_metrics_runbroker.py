@@ -1,13 +1,17 @@
 """``GET /metrics`` of a real ``manage.py runbroker`` process over real sockets: the address
 list from ``CAIRN_METRICS_ALLOW`` (a scrape from an allowed loopback address needs no token,
-one from another is refused), a token scrape, and the Kafka listener instrumented by
-``runbroker`` (its requests and connections appear after a real client's produce)."""
+one from another is refused), a token scrape, the Kafka listener instrumented by
+``runbroker`` (its requests and connections appear after a real client's produce), and the
+live-trace WebSockets counted by the ASGI application ``runbroker`` serves."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import os
 import signal
+import socket
 import time
 import warnings
 from pathlib import Path
@@ -38,6 +42,27 @@ def get(port: int, source: str, token: str | None = None) -> tuple[int, str, str
         return response.status, response.getheader("Content-Type", ""), response.read().decode()
     finally:
         connection.close()
+
+
+def open_websocket(port: int, token: str) -> socket.socket:
+    """A live-trace WebSocket, opened with the handshake alone (RFC 6455 4.1): enough for
+    the server to accept it, which is what the gauge counts."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET /ws/trace/?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -95,6 +120,16 @@ def test_runbroker_serves_metrics_to_allowed_addresses_and_tokens(tmp_path: Path
         assert found[("cairn_http_requests_total", scrapes)] >= 1
         refused = frozenset({("handler", "metrics"), ("method", "GET"), ("code", "401")})
         assert found[("cairn_http_requests_total", refused)] == 1
+
+        websockets = ("cairn_websocket_connections", frozenset())
+        assert found[websockets] == 0
+        trace = open_websocket(http_port, token)
+        assert samples(get(http_port, "127.0.0.2")[2])[websockets] == 1
+        trace.close()
+        deadline = time.monotonic() + 10
+        while samples(get(http_port, "127.0.0.2")[2])[websockets] != 0:
+            assert time.monotonic() < deadline, "a closed WebSocket stays counted"
+            time.sleep(0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
