@@ -24,7 +24,9 @@ metric                                      type     meaning
                                                      unconsumed message (0 without lag)
 ``cairn_store_size_bytes``                  gauge    disk space the store's files take
 ``cairn_disk_{total,used,free}_bytes``      gauge    the partition holding the store
-``cairn_disk_used_ratio``                   gauge    used / total, 0..1
+``cairn_disk_used_ratio``                   gauge    used / (used + available), 0..1: what
+                                                     ``df`` and the disk guard compute, the
+                                                     figure ``CAIRN_DISK_*_RATIO`` compare to
 ``cairn_commitlog_{min,max}_offset_bytes``  gauge    CommitLog phys offsets (max: bytes ever
                                                      written, so its rate is the write rate)
 ``cairn_store_writable``                    gauge    0 while puts are refused (disk full ...)
@@ -60,6 +62,7 @@ from api.serializers.health import health_counts
 from cairn import runtime
 from mqcore.broker import Broker
 from mqcore.broker.lag import queue_ids
+from mqcore.store.space import usage_ratio
 from webui.views.overview import service_rows
 
 
@@ -111,7 +114,12 @@ class BrokerCollector(Collector):
         )
         yield _gauge("cairn_disk_used_bytes", "Used bytes of that partition.", s.disk_used_bytes)
         yield _gauge("cairn_disk_free_bytes", "Free bytes of that partition.", s.disk_free_bytes)
-        yield _gauge("cairn_disk_used_ratio", "Used / total of that partition.", s.disk_used_ratio)
+        yield _gauge(
+            "cairn_disk_used_ratio",
+            "Used / (used + available) of that partition, as df and the disk guard compute it "
+            "(the figure CAIRN_DISK_WARNING_RATIO and the cleanup ratios compare against).",
+            usage_ratio(s.store_root),
+        )
         yield _gauge(
             "cairn_commitlog_min_offset_bytes",
             "CommitLog phys offset of the oldest byte kept.",
