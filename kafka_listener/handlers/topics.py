@@ -33,6 +33,7 @@ from mqcore.errors import ConflictError, MQError, NotFoundError, ValidationError
 
 from .. import mapping
 from ..errors import ErrorCode, error_code_for
+from ..schemas import advertised_versions
 from .authz import (
     AUTHORIZATION_FAILED,
     CLUSTER,
@@ -44,12 +45,13 @@ from .context import Call, KafkaContext
 
 
 async def api_versions(ctx: KafkaContext, call: Call) -> dict[str, Any]:
-    """Our version table (versions above it are answered by the connection itself)."""
+    """Our version table, Produce advertised from v0 (``schemas.advertised_versions``);
+    versions above it are answered by the connection itself."""
     return {
         "error_code": 0,
         "api_keys": [
             {"api_key": key, "min_version": lo, "max_version": hi}
-            for key, (lo, hi) in sorted(ctx.versions.items())
+            for key, (lo, hi) in sorted(advertised_versions(ctx.versions).items())
         ],
         "throttle_time_ms": 0,
     }

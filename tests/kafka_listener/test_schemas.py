@@ -48,6 +48,8 @@ SPEC_TABLE = [
     (32, 0, 2, 4),
     (36, 0, 2, 2),  # and SaslAuthenticate v2 (flexible)
     (37, 0, 1, 2),
+    (42, 0, 1, 2),  # issue 21: DeleteGroups
+    (47, 0, 0, None),  # and OffsetDelete (never flexible)
 ]
 
 
