@@ -66,7 +66,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -331,6 +331,22 @@ def _headers_of(props: dict[str, str]) -> Sequence[Header]:
         for name, value in sorted(props.items())
         if not is_system_property(name) and not name.startswith(PROPERTY_PREFIX)
     )
+
+
+def is_reserved_property(name: str) -> bool:
+    """Whether a property is one of the listener's own (``__kafka.*``, table above): never
+    a user property, so REST and the console leave it out of a message's properties."""
+    return name.startswith(PROPERTY_PREFIX)
+
+
+def produced_headers(props: Mapping[str, str]) -> tuple[Header, ...] | None:
+    """The headers a Kafka producer sent with a message, in its order (values None for
+    null headers), from its reserved properties; None when no Kafka producer sent it
+    headers (a Kafka consumer then gets its user properties as headers). For REST and the
+    console, which show them as headers instead of the raw ``__kafka.*`` properties."""
+    if P_HEADER_BLOCK not in props and P_HEADER_NAMES not in props:
+        return None
+    return tuple(_headers_of(dict(props)))
 
 
 def _decode_header_block(raw: bytes) -> tuple[Header, ...] | None:

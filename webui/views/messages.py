@@ -27,7 +27,9 @@ from django.http import (
 )
 from django.shortcuts import redirect, render
 
+from api.serializers.messages import header_dict
 from cairn import runtime
+from kafka_listener.mapping import is_reserved_property, produced_headers
 from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import NotFoundError
@@ -209,7 +211,13 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
     view = broker.view_message(message.offset_msg_id)
     props = message.properties
     system_props = sorted((k, v) for k, v in props.items() if is_system_property(k))
-    user_props = sorted((k, v) for k, v in props.items() if not is_system_property(k))
+    # The Kafka listener's own __kafka.* properties are neither: their headers are shown.
+    user_props = sorted(
+        (k, v)
+        for k, v in props.items()
+        if not is_system_property(k) and not is_reserved_property(k)
+    )
+    headers = produced_headers(props)
     return render(
         request,
         "webui/message.html",
@@ -226,6 +234,7 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
             "fields": [(label, getattr(message, attr)) for label, attr in SYSTEM_FIELDS],
             "system_props": system_props,
             "user_props": user_props,
+            "kafka_headers": None if headers is None else [header_dict(n, v) for n, v in headers],
             "body": body_views(message.body),
             "keys": message.keys,
             "broker_name": broker.broker_name,
