@@ -682,7 +682,7 @@ API_VERSIONS_TABLE: dict[int, tuple[int, int]] = {
 }
 
 # Produce v0-2 (message formats v0 and v1) are advertised but refused, as Kafka 4 does
-# (KAFKA-18659): librdkafka before 2.8 (Debian's kcat) compresses only when ApiVersions says
+# (KAFKA-18659): older librdkafka releases (Debian's kcat: 2.0.2) compress only when ApiVersions says
 # Produce v0 is supported, and clients use the highest version both sides know, so nobody
 # sends v0-2 to a broker that offers v3+. :func:`advertised_versions` lowers the minimum; the
 # connection still accepts only :data:`API_VERSIONS_TABLE` and closes on a v0-2 request.

@@ -337,7 +337,7 @@ def test_fuzz_mutated_valid_frames(frame: bytes) -> None:
 
 
 def test_produce_v0_to_v2_advertised_but_refused() -> None:
-    """Produce is advertised from v0, so librdkafka before 2.8 compresses (its check wants
+    """Produce is advertised from v0, so older librdkafka compresses (its check wants
     Produce v0 supported), and refused below v3 as Kafka 4 refuses it: the connection
     closes, as for any version outside the accepted table (issue 21)."""
     conn = KafkaServerConnection()

@@ -35,9 +35,7 @@ def test_message_page_shows_kafka_headers_not_reserved_properties(
     assert "null" in rows[3][1]
 
 
-def test_message_page_of_a_plain_message_has_no_kafka_headers(
-    broker: Broker, viewer: Any
-) -> None:
+def test_message_page_of_a_plain_message_has_no_kafka_headers(broker: Broker, viewer: Any) -> None:
     broker.create_topic("Orders")
     [sent] = broker.send("Orders", [record_to_message(Record(0, 1, b"k", b"v", ()), 0)])
     broker.store.dispatch_until_caught_up()
