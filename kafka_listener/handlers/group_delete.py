@@ -134,11 +134,13 @@ def _offset_delete(
     topics, removed_all = [], []
     for topic in request["topics"]:
         name = topic["name"]
-        if mapping.kafka_topic_error(name) is not None or kafka_topic(ctx.broker, name) is None:
-            topics.append(_partition_errors(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-            continue
-        if not call.check(ctx, Operation.READ, topic_resource(name)):
+        # Authorization before existence, as Kafka: a refused client learns nothing more.
+        valid = mapping.kafka_topic_error(name) is None
+        if valid and not call.check(ctx, Operation.READ, topic_resource(name)):
             topics.append(_partition_errors(topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
+        if not valid or kafka_topic(ctx.broker, name) is None:
+            topics.append(_partition_errors(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             continue
         if name in subscribed:
             topics.append(_partition_errors(topic, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))

@@ -17,6 +17,7 @@ from kafka_listener.handlers import supported_versions as versions
 from kafka_listener.schemas import ApiKey
 from mqcore.access.authorizer import CachedDecisions, Subject
 from mqcore.access.backend import StaticAccess
+from mqcore.access.model import Operation
 from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
 from mqcore.clock import SystemClock
@@ -243,3 +244,36 @@ def test_create_topics_takes_what_cairn_does_and_describe_configs_says_it(
         "segment.bytes": str(store.commitlog_file_size),
     }
     assert all(c["read_only"] for c in result["configs"])
+
+
+def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
+    ctx: KafkaContext, broker: Broker, access: StaticAccess
+) -> None:
+    """A user with no role, allowed DELETE on the group and READ on one topic only: the
+    other topic's partitions are TOPIC_AUTHORIZATION_FAILED, before any existence check."""
+    admin = Subject("root", "admin", "10.0.0.7", "kafka")
+    service = Subject("svc", None, "10.0.0.8", "kafka")
+
+    def allow(rtype: int, name: str, operation: Operation) -> None:
+        creation = {"resource_type": rtype, "resource_name": name, "resource_pattern_type": 3,
+                    "principal": "User:svc", "host": "*", "operation": int(operation),
+                    "permission_type": 3}  # fmt: skip
+        reply = send(ctx, ApiKey.CREATE_ACLS, {"creations": [creation]}, admin)
+        assert reply["results"] == [{"error_code": 0, "error_message": None}]
+
+    assert commit(ctx, "billing", "orders", {0: 4}) == [0]
+    assert commit(ctx, "billing", "payments", {0: 2}) == [0]
+    assert offset_delete(ctx, "billing", {"orders": [0]}, who=service)["error_code"] == (
+        ErrorCode.GROUP_AUTHORIZATION_FAILED
+    )
+    allow(3, "billing", Operation.DELETE)  # 3: GROUP
+    allow(2, "orders", Operation.READ)  # 2: TOPIC
+    reply = offset_delete(ctx, "billing", {"orders": [0], "payments": [0], "nope": [0]}, service)
+    assert reply["error_code"] == 0
+    assert codes(reply) == {
+        "orders": [0],
+        "payments": [ErrorCode.TOPIC_AUTHORIZATION_FAILED],
+        "nope": [ErrorCode.TOPIC_AUTHORIZATION_FAILED],
+    }
+    assert broker.get_offsets("billing") == {"payments": {0: 2}}
+    assert ("User:svc", "group.offsets.delete") in [a[:2] for a in access.audited]
