@@ -308,7 +308,7 @@ def record_to_message(record: Record, partition: int) -> OutgoingMessage:
     return m  # type: ignore[no-any-return]
 
 
-def _headers_of(props: dict[str, str]) -> Sequence[Header]:
+def _headers_of(props: Mapping[str, str]) -> Sequence[Header]:
     block = props.get(P_HEADER_BLOCK)
     if block is not None:
         raw = _unb64(block)
@@ -346,7 +346,7 @@ def produced_headers(props: Mapping[str, str]) -> tuple[Header, ...] | None:
     console, which show them as headers instead of the raw ``__kafka.*`` properties."""
     if P_HEADER_BLOCK not in props and P_HEADER_NAMES not in props:
         return None
-    return tuple(_headers_of(dict(props)))
+    return tuple(_headers_of(props))
 
 
 def _decode_header_block(raw: bytes) -> tuple[Header, ...] | None:
