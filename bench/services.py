@@ -41,7 +41,7 @@ from mqcore.format.record import DispatchRequest  # noqa: E402
 from mqcore.message import Message  # noqa: E402
 from mqcore.services import inline, reput  # noqa: E402
 from mqcore.store import GetStatus, MessageStore, StoreConfig  # noqa: E402
-from mqcore.store.progress import Slot  # noqa: E402
+from mqcore.store.sharing.progress import Slot  # noqa: E402
 from tests.support.redis_server import private_redis  # noqa: E402
 from workers import events  # noqa: E402
 

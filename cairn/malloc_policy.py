@@ -16,7 +16,7 @@ produce 406-422k -> 479-548k msg/s, 2.8 -> 1.9-2.2 us of broker CPU a message; i
 Fetch from the store, keyless 100-byte records, 0.87 -> 0.52 us a record. The cost is
 memory: freed buffers up to the trim threshold per malloc arena stay with the process.
 
-Applied by ``cairn.asgi`` (``runbroker``) and ``bench/kafka.py``'s broker process, like
+Applied by ``server.asgi`` (``runbroker``) and ``bench/kafka.py``'s broker process, like
 ``cairn.gc_policy``. Anywhere without glibc's ``mallopt`` it does nothing.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 
-from mqcore.store import libc
+from mqcore.store.files import libc
 
 log = logging.getLogger(__name__)
 

@@ -79,8 +79,8 @@ from mqcore.services.config import (
 from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.service_lock import ServiceLock
-from mqcore.store.space import is_disk_full
+from mqcore.store.files.service_lock import ServiceLock
+from mqcore.store.files.space import is_disk_full
 from mqcore.tiered.config import BACKENDS, TieredConfig, tiered_config_from_env
 from mqcore.tiered.storage import TieredStorage, make_backend
 from mqcore.tiered.tiered_store import TieredMessageStore
@@ -280,7 +280,7 @@ class BrokerRuntime:
             Exception: the database refused it (the caller logs it; the deletion was logged
                 at WARNING already, with the same facts).
         """
-        from api import audit
+        from accounts import audit
 
         audit.record(
             None,

@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "cairn",
+    "server",
     "api",
     "accounts",
     "webui",
@@ -48,8 +49,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "cairn.urls"
-ASGI_APPLICATION = "cairn.asgi.application"
+ROOT_URLCONF = "server.urls"
+ASGI_APPLICATION = "server.asgi.application"
 
 TEMPLATES = [
     {

@@ -5,7 +5,7 @@ dispatched by reput; a Produce answers once its records are readable. Both park 
 
 * :meth:`Arrivals.on_arrivals` is a store *arrivals* listener
   (``MessageStore.add_arrivals_listener``), called on the reput thread once per dispatch
-  batch with the queues that grew (``mqcore.store.arrivals``): a dict lookup per queue, and
+  batch with the queues that grew (``mqcore.store.reput.arrivals``): a dict lookup per queue, and
   reput stays on its fast path (a per-record listener would push it onto the slow one).
 * A waiter is woken with **one** ``loop.call_soon_threadsafe`` per burst: the first batch
   of a burst marks it ``signalled`` and schedules the wake-up; later batches see the mark

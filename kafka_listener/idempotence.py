@@ -80,7 +80,7 @@ from mqcore.clock import Clock
 from mqcore.errors import StoreError
 from mqcore.format.body_crc import body_crc
 from mqcore.format.msgid import HostAddress, encode_host
-from mqcore.store.pending import DEFAULT_BORN_HOST
+from mqcore.store.put.pending import DEFAULT_BORN_HOST
 
 from .errors import ErrorCode
 from .producer_files import JournalWriter, load_files, remove_older, write_snapshot

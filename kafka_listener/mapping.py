@@ -70,6 +70,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+from mqcore import kafka_properties
 from mqcore.broker.types import OutgoingMessage
 from mqcore.format.msgid import HostAddress
 from mqcore.format.properties import is_system_property
@@ -180,11 +181,12 @@ def from_store_group(name: str) -> str | None:
 
 # -- records -----------------------------------------------------------------------------
 
-PROPERTY_PREFIX = "__kafka."
+# The names live in mqcore.kafka_properties, which REST and the console read them with.
+PROPERTY_PREFIX = kafka_properties.PROPERTY_PREFIX
 P_KEY = PROPERTY_PREFIX + "key"
 P_VALUE = PROPERTY_PREFIX + "value"
-P_HEADER_NAMES = PROPERTY_PREFIX + "hdrs"
-P_HEADER_BLOCK = PROPERTY_PREFIX + "hblk"
+P_HEADER_NAMES = kafka_properties.HEADER_NAMES
+P_HEADER_BLOCK = kafka_properties.HEADER_BLOCK
 _KEYS = "KEYS"
 _B64 = "b64:"
 EMPTY_BODY = b"\x00"
@@ -331,22 +333,6 @@ def _headers_of(props: Mapping[str, str]) -> Sequence[Header]:
         for name, value in sorted(props.items())
         if not is_system_property(name) and not name.startswith(PROPERTY_PREFIX)
     )
-
-
-def is_reserved_property(name: str) -> bool:
-    """Whether a property is one of the listener's own (``__kafka.*``, table above): never
-    a user property, so REST and the console leave it out of a message's properties."""
-    return name.startswith(PROPERTY_PREFIX)
-
-
-def produced_headers(props: Mapping[str, str]) -> tuple[Header, ...] | None:
-    """The headers a Kafka producer sent with a message, in its order (values None for
-    null headers), from its reserved properties; None when no Kafka producer sent it
-    headers (a Kafka consumer then gets its user properties as headers). For REST and the
-    console, which show them as headers instead of the raw ``__kafka.*`` properties."""
-    if P_HEADER_BLOCK not in props and P_HEADER_NAMES not in props:
-        return None
-    return tuple(_headers_of(props))
 
 
 def _decode_header_block(raw: bytes) -> tuple[Header, ...] | None:

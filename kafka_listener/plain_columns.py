@@ -9,11 +9,11 @@ walked in Python); the
 attributes, timestamp delta, offset delta, key, value length and header count of every
 record are then decoded as arrays (varints as up to ``n`` gathered byte columns), and the
 values (and text keys) are cut out at the positions found, in one call
-(``mqcore.store.byte_cuts.cut``: slicing them one by one took ~0.15 us a value), into the
+(``mqcore.store.put.byte_cuts.cut``: slicing them one by one took ~0.15 us a value), into the
 store's ``PlainColumns``, with no ``Message`` per record: 9,082 keyless 100-byte records
 (a 1 MB batch, confluent-kafka's usual one in ``bench/kafka.py``) take ~0.26 us a record
 where slicing took ~0.36-0.43 and building the messages ~0.5 (thread time); the store
-encodes the columns without messages too (``mqcore.store.plain_batch.encode_plain_columns``).
+encodes the columns without messages too (``mqcore.store.put.plain_batch.encode_plain_columns``).
 Text keys are gathered into one buffer and decoded and split once (``_keys``): 9,082
 records keyed ``order-{i}`` take ~0.46-0.49 us a record where cutting and decoding each key
 took ~0.68-0.69 (timeit, loaded machine; keyless ~0.33).
@@ -35,8 +35,8 @@ import numpy as np
 import numpy.typing as npt
 
 from mqcore.format.msgid import HostAddress
-from mqcore.store.byte_cuts import cut
-from mqcore.store.plain_batch import PlainColumns
+from mqcore.store.put.byte_cuts import cut
+from mqcore.store.put.plain_batch import PlainColumns
 
 from .record_codec import MIN_RECORD_BYTES
 from .run_records import leading

@@ -25,7 +25,7 @@ from __future__ import annotations
 from mqcore.errors import RemoteProtocolError
 from mqcore.format.msgid import HostAddress
 from mqcore.message import Message, plain_message
-from mqcore.store.plain_batch import PlainColumns
+from mqcore.store.put.plain_batch import PlainColumns
 
 from .plain_columns import MIN_COLUMN_RECORDS, UNDECIDED, plain_columns
 from .record_codec import MIN_RECORD_BYTES, _uvarint

@@ -39,8 +39,8 @@ from mqcore.broker.pulling import check_pull
 from mqcore.errors import StoreClosedError
 from mqcore.format.layout import HEADER_SIZES, MIN_RECORD_SIZE, QUEUE_ID_POSITION
 from mqcore.store.consume_queue import BLANK_SIZE, CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
-from mqcore.store.mapped_file import MappedFile
-from mqcore.store.quarantine import Quarantine
+from mqcore.store.files.mapped_file import MappedFile
+from mqcore.store.recovery.quarantine import Quarantine
 
 from .run_records import Int64s, leading
 

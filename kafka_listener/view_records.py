@@ -3,7 +3,7 @@
 ``mapping.message_to_record`` takes a fully decoded ``MessageExt``: 17 header fields, two
 hosts, a 16-attribute object and a properties dict per record, of which a fetch uses the
 born timestamp, the body and one or two properties. :func:`_fast` reads just
-those from :class:`~mqcore.store.record_views.RecordView` bytes for the usual record (V1,
+those from :class:`~mqcore.store.read.record_views.RecordView` bytes for the usual record (V1,
 IPv4 hosts, properties no more than ``KEYS`` and ``UNIQ_KEY``: what a Kafka producer's
 text-keyed record or a plain REST message stores) and hands every other record to
 ``message_to_record`` (via ``RecordView.message()``, which also raises for a record that
@@ -46,7 +46,7 @@ from mqcore.format.layout import (
     V1_MAX_TOPIC_BYTES,
 )
 from mqcore.format.record import MESSAGE_MAGIC_CODE
-from mqcore.store.record_views import RecordView
+from mqcore.store.read.record_views import RecordView
 
 from .mapping import message_to_record
 from .record_codec import _TABLE_HALF, _VARINT, RecordLike, _varint, _varlong, encode_records

@@ -3,7 +3,7 @@
 Every command opens the store read-only: segments are mapped ``ACCESS_READ``, the writer lock
 is not taken and no recovery runs, so the tools are safe next to a running broker and on a
 copy of a crashed store. File sizes are read from the files unless given
-(``mqcore.store.geometry``).
+(``mqcore.store.recovery.geometry``).
 
 Exit codes::
 
@@ -34,11 +34,11 @@ from mqcore.format.layout import MESSAGE_MAGIC_CODE_V2
 from mqcore.format.record import Blank, Valid, check_record, decode_record
 from mqcore.message import MessageExt
 from mqcore.metadata.check import check_config_dir
-from mqcore.store import queries
 from mqcore.store.commit_log import CommitLog
-from mqcore.store.geometry import Geometry, infer_geometry
-from mqcore.store.index_service import IndexService
-from mqcore.store.verify import CheckReport, QuarantineInfo, check_store
+from mqcore.store.index.index_service import IndexService
+from mqcore.store.read import queries
+from mqcore.store.recovery.geometry import Geometry, infer_geometry
+from mqcore.store.recovery.verify import CheckReport, QuarantineInfo, check_store
 
 __all__ = ["main"]
 

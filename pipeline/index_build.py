@@ -27,7 +27,7 @@ from pathlib import Path
 
 from mqcore.services.index_build import BuildRequest
 from mqcore.store.config import StoreConfig
-from mqcore.store.mapped_file import fsync_directory
+from mqcore.store.files.mapped_file import fsync_directory
 from pipeline.jobs.rebuild_index import run_rebuild_index
 from pipeline.segments import list_segments
 

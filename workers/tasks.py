@@ -68,7 +68,7 @@ from mqcore.services.flush import FlushState
 from mqcore.services.index_build import IndexBuilder
 from mqcore.services.result import StepResult
 from mqcore.services.runner import run_lease
-from mqcore.store.service_lock import ServiceLock
+from mqcore.store.files.service_lock import ServiceLock
 from mqcore.store.store import MessageStore
 from mqcore.tiered.config import tiered_config_from_env
 from mqcore.tiered.storage import TieredStorage, make_backend

@@ -42,7 +42,7 @@ from mqcore.broker.types import SendResult
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
 from mqcore.format.msgid import decode_offset_msg_id
 from mqcore.message import Message
-from mqcore.store.plain_batch import PlainColumns
+from mqcore.store.put.plain_batch import PlainColumns
 
 from .. import mapping
 from ..arrivals import QueueRef

@@ -74,8 +74,8 @@ from mqcore.message import Message, MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
-from mqcore.store.plain_batch import PlainColumns
-from mqcore.store.record_views import RecordsResult
+from mqcore.store.put.plain_batch import PlainColumns
+from mqcore.store.read.record_views import RecordsResult
 from mqcore.store.results import GetStatus
 from mqcore.store.store import MessageStore
 
@@ -138,7 +138,7 @@ class Broker(BrokerAdmin):
         with self._lock:
             if self._started:
                 return
-            # Per batch, not per record: reput keeps its fast path (``mqcore.store.arrivals``).
+            # Per batch, not per record: reput keeps its fast path (``mqcore.store.reput.arrivals``).
             self.store.add_arrivals_listener(self._notifier.on_arrivals)
             self._notifier.reopen()
             for level in range(1, len(self.store.delay_levels_ms) + 1):

@@ -1,7 +1,7 @@
 """Long polling: park a pull until a message for its queue is dispatched, or time runs out.
 
 The broker registers :meth:`ArrivalNotifier.on_arrivals` as the store's arrivals listener
-once (``mqcore.store.arrivals``: one call per dispatch batch naming the queues that grew, so
+once (``mqcore.store.reput.arrivals``: one call per dispatch batch naming the queues that grew, so
 reput keeps its fast path; :meth:`ArrivalNotifier.notify` wakes one queue's waiters for
 other sources). Waiters register under the ``(topic, queue_id)`` keys they care about (one
 for a pull, several for a Kafka fetch); when reput dispatches a record for one of those

@@ -37,7 +37,7 @@ from mqcore.format.msgid import UniqKeyGenerator
 from mqcore.format.properties import encode_message_properties
 from mqcore.message import Message
 from mqcore.metadata import TopicConfig
-from mqcore.store.plain_batch import PlainColumns
+from mqcore.store.put.plain_batch import PlainColumns
 from mqcore.store.results import BatchPutResults, PutResult, PutStatus
 from mqcore.store.store import MessageStore
 from mqcore.validation import validate_body, validate_properties_size

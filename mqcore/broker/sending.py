@@ -104,7 +104,7 @@ class Placed:
 # ``__class__`` set to the dataclass (identical layouts), they are ordinary frozen instances.
 # A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (~1.5 us
 # for nine fields), a slot store costs ~20 ns, and this is per message on the send path
-# (``mqcore.store.plain_batch`` does the same for PutResult).
+# (``mqcore.store.put.plain_batch`` does the same for PutResult).
 
 
 class _PlacedBuilder:
@@ -389,7 +389,7 @@ def _plain_message(
 ) -> Message:
     """A message without user properties and not delayed: no properties dict, and no
     ``UNIQ_KEY`` (the store gives it one, as it does to every message without one), so the
-    store can encode the batch in its plain loop (``mqcore.store.plain_batch``). Its
+    store can encode the batch in its plain loop (``mqcore.store.put.plain_batch``). Its
     properties are checked here all the same, as the store will encode them (with an id as
     long as the store's), so a bad one fails the whole send before anything is stored."""
     message = plain_message(

@@ -56,10 +56,10 @@ from mqcore.services.disk import (
     usage_ratio,
 )
 from mqcore.services.result import StepResult
-from mqcore.store import roles
 from mqcore.store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
-from mqcore.store.mapped_file import fsync_directory
-from mqcore.store.progress import Slot
+from mqcore.store.files.mapped_file import fsync_directory
+from mqcore.store.sharing import roles
+from mqcore.store.sharing.progress import Slot
 from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from mqcore.errors import ValidationError
 from mqcore.store.config import StoreConfig
-from mqcore.store.progress import published_config
+from mqcore.store.sharing.progress import published_config
 
 Mode = Literal["inline", "celery"]
 

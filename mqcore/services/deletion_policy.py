@@ -38,7 +38,7 @@ from typing import Any
 
 from mqcore.services.consumed import Needed, NeededOffset
 from mqcore.services.deletions import Deletion
-from mqcore.store.mapped_file import MappedFile
+from mqcore.store.files.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from mqcore.services.result import StepResult
 from mqcore.store.config import StoreConfig
-from mqcore.store.progress import DISK_FULL, LOGIC_DISK_FULL, Slot
-from mqcore.store.space import usage_ratio
+from mqcore.store.files.space import usage_ratio
+from mqcore.store.sharing.progress import DISK_FULL, LOGIC_DISK_FULL, Slot
 from mqcore.store.store import MessageStore
 
 __all__ = [

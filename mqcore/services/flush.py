@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from mqcore.clock import Clock
 from mqcore.services import locks
 from mqcore.services.result import StepResult
-from mqcore.store import roles
-from mqcore.store.mapped_file import FLUSH_PAGE_BYTES
-from mqcore.store.progress import Progress, Slot
-from mqcore.store.space import is_disk_full
+from mqcore.store.files.mapped_file import FLUSH_PAGE_BYTES
+from mqcore.store.files.space import is_disk_full
+from mqcore.store.sharing import roles
+from mqcore.store.sharing.progress import Progress, Slot
 from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Follow: the broker's side of reput when Celery workers run it (``CAIRN_SERVICES=celery``).
 
 The broker process dispatches nothing; the worker does. This step catches the broker up with
-the worker through the store files (``mqcore.store.roles.follow_dispatch``): it walks the
+the worker through the store files (``mqcore.store.sharing.roles.follow_dispatch``): it walks the
 records the worker dispatched, extends the broker's view of each touched ConsumeQueue and
 calls the store's listeners, which wake long-polling pulls and the live trace exactly as an
 in-process reput would. It also picks up the worker's cleanups and the disk-full flag.

@@ -3,7 +3,7 @@
 For stores whose derived files were lost or corrupted. The CommitLog is the source of truth
 and the IndexFile is derived from it by the same dispatch code as live reput (STYLE 4), so a
 rebuild is a replay. Every rebuild is built *beside* the live files, under ``<root>/rebuild``,
-and installed by the journaled swap of ``mqcore.store.rebuild_dir``: killed at any moment, a
+and installed by the journaled swap of ``mqcore.store.recovery.rebuild_dir``: killed at any moment, a
 rebuild leaves the old files or the new ones, never a mix.
 
 * :func:`rebuild_queues` (offline, the store opened ``standalone`` by
@@ -12,7 +12,7 @@ rebuild leaves the old files or the new ones, never a mix.
   in. Its job file (``rebuild/queues.json``, scope ``all``) marks the side files as
   unfinished until the swap.
 * The index alone, online or offline: a *side build* that never blocks reput. The start check
-  (``mqcore.store.derived_start``) starts one by itself when it finds the index damaged.
+  (``mqcore.store.recovery.derived_start``) starts one by itself when it finds the index damaged.
 
 Side build, in three phases, its progress kept in the store (``<root>/rebuild/job.json``)::
 
@@ -33,7 +33,7 @@ Spark hand-off (the seam for ``pipeline/``): :func:`step` accepts a ``builder``.
 the first step hands the whole range ``[from_offset, target_end)`` to it as a
 :class:`BuildRequest` and continues from the offset it returns; the remainder and the swap
 go as above. The builder writes RocketMQ index files (spec 4) into ``request.index_dir``,
-named and ordered as :mod:`mqcore.store.index_service` names them, and calls
+named and ordered as :mod:`mqcore.store.index.index_service` names them, and calls
 ``request.progress(offset)`` now and then. ``workers.tasks`` passes the pipeline's builder
 when the ``pipeline`` package is installed and the store is big.
 
@@ -60,12 +60,15 @@ from mqcore.format.record import DispatchRequest
 from mqcore.services import locks
 from mqcore.services.queue_build import pad_to
 from mqcore.services.result import StepResult
-from mqcore.store import derived_start, dispatch_write, offset_table, rebuild_walk, roles
-from mqcore.store import rebuild_dir as rebuild_dir_files
+from mqcore.store import offset_table
 from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.index_service import IndexService
-from mqcore.store.progress import Slot
-from mqcore.store.rebuild_dir import Move
+from mqcore.store.index.index_service import IndexService
+from mqcore.store.recovery import derived_start, rebuild_walk
+from mqcore.store.recovery import rebuild_dir as rebuild_dir_files
+from mqcore.store.recovery.rebuild_dir import Move
+from mqcore.store.reput import dispatch_write
+from mqcore.store.sharing import roles
+from mqcore.store.sharing.progress import Slot
 from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)

@@ -54,8 +54,8 @@ from mqcore.services.flush import FlushState
 from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
 from mqcore.store import offset_table
-from mqcore.store.progress import Slot
-from mqcore.store.roles import Role
+from mqcore.store.sharing.progress import Slot
+from mqcore.store.sharing.roles import Role
 from mqcore.store.store import MessageStore
 from mqcore.tiered.retention import TopicAttributes
 from mqcore.tiered.storage import TieredStorage

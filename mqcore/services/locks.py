@@ -1,6 +1,6 @@
 """Which runner may run a service on a store: the per-service file locks (STYLE 7).
 
-``<root>/locks/<service>`` (``mqcore.store.service_lock``). The rules:
+``<root>/locks/<service>`` (``mqcore.store.files.service_lock``). The rules:
 
 * A ``standalone`` store (services in the broker process) took the continuous services'
   locks when it opened, for as long as it is open; its steps always run.
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from mqcore.services.result import StepResult
-from mqcore.store.service_lock import CONTINUOUS_SERVICES, ServiceLock
+from mqcore.store.files.service_lock import CONTINUOUS_SERVICES, ServiceLock
 from mqcore.store.store import MessageStore
 
 _held: weakref.WeakKeyDictionary[MessageStore, dict[str, ServiceLock]] = weakref.WeakKeyDictionary()

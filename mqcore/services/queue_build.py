@@ -1,6 +1,6 @@
 """Rebuild damaged ConsumeQueues from the CommitLog beside the live ones, then swap them in.
 
-The start check (``mqcore.store.derived_start``) writes the job, ``<root>/rebuild/queues.json``,
+The start check (``mqcore.store.recovery.derived_start``) writes the job, ``<root>/rebuild/queues.json``,
 with the damaged queues and why; puts to them are refused meanwhile and their reads serve what
 the live files hold; every other queue is served as usual. Then::
 
@@ -41,13 +41,15 @@ from mqcore.clock import Clock
 from mqcore.errors import StoreError
 from mqcore.services import locks
 from mqcore.services.result import StepResult
-from mqcore.store import derived_start, queue_snapshot, rebuild_dir, rebuild_walk, roles
+from mqcore.store import queue_snapshot
 from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT_SIZE, ConsumeQueue
-from mqcore.store.dispatch_scan import Columns
-from mqcore.store.progress import Slot
-from mqcore.store.rebuild_dir import Move
+from mqcore.store.recovery import derived_start, rebuild_dir, rebuild_walk
+from mqcore.store.recovery.rebuild_dir import Move
+from mqcore.store.recovery.verify_derived import takes_unit
+from mqcore.store.reput.dispatch_scan import Columns
+from mqcore.store.sharing import roles
+from mqcore.store.sharing.progress import Slot
 from mqcore.store.store import MessageStore
-from mqcore.store.verify_derived import takes_unit
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from mqcore.errors import StoreError
 from mqcore.services import index_build, locks, queue_build
 from mqcore.services.index_build import IndexBuilder
 from mqcore.services.result import StepResult
-from mqcore.store import derived_start, rebuild_dir
+from mqcore.store.recovery import derived_start, rebuild_dir
 from mqcore.store.store import MessageStore
 
 log = logging.getLogger(__name__)

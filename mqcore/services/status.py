@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mqcore.services.result import StepResult
-from mqcore.store.progress import services_dir
+from mqcore.store.sharing.progress import services_dir
 
 
 def status_dir(root: str | os.PathLike[str]) -> Path:

@@ -59,13 +59,13 @@ from mqcore.format.record import (
 )
 from mqcore.message import Message, MessageExt
 from mqcore.store.config import StoreConfig
-from mqcore.store.mapped_file import MappedFile
-from mqcore.store.plain_batch import PlainColumns, encode_plain, encode_plain_columns
-from mqcore.store.prefault import reserve_chunk_bytes
-from mqcore.store.quarantine import FoundBy, Quarantine, record_header
-from mqcore.store.record_search import SegmentFile
+from mqcore.store.files.mapped_file import MappedFile
+from mqcore.store.files.prefault import reserve_chunk_bytes
+from mqcore.store.files.segments import MappedFileQueue
+from mqcore.store.put.plain_batch import PlainColumns, encode_plain, encode_plain_columns
+from mqcore.store.recovery.quarantine import FoundBy, Quarantine, record_header
+from mqcore.store.recovery.record_search import SegmentFile
 from mqcore.store.results import BatchPutResults
-from mqcore.store.segments import MappedFileQueue
 
 
 @dataclass(slots=True)

@@ -47,8 +47,8 @@ import numpy.typing as npt
 
 from mqcore.clock import Clock
 from mqcore.errors import StoreClosedError
-from mqcore.store.mapped_file import MappedFile
-from mqcore.store.segments import MappedFileQueue
+from mqcore.store.files.mapped_file import MappedFile
+from mqcore.store.files.segments import MappedFileQueue
 
 log = logging.getLogger(__name__)
 

@@ -27,12 +27,12 @@ from typing import Protocol
 
 from mqcore.clock import Clock
 from mqcore.errors import StoreError
-from mqcore.store import rebuild_dir
 from mqcore.store.consume_queue import (
     DEFAULT_FILE_SIZE_BYTES,
     ConsumeQueue,
     round_file_size,
 )
+from mqcore.store.recovery import rebuild_dir
 
 log = logging.getLogger(__name__)
 _QUEUE_DIR_NAME = re.compile(r"0|[1-9][0-9]*")

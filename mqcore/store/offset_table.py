@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from mqcore.format.record import DispatchRequest
 from mqcore.store import queue_snapshot
 from mqcore.store.queue_snapshot import QueueEntry, QueueOffsetSnapshot
-from mqcore.store.verify_derived import takes_unit
+from mqcore.store.recovery.verify_derived import takes_unit
 
 if TYPE_CHECKING:
     from mqcore.store.store import MessageStore

@@ -58,7 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mqcore.store.mapped_file import fsync_directory
+from mqcore.store.files.mapped_file import fsync_directory
 
 log = logging.getLogger(__name__)
 

@@ -35,33 +35,28 @@ from mqcore.format.layout import (
 from mqcore.format.msgid import UniqKeyGenerator, create_offset_msg_id
 from mqcore.format.record import DispatchRequest
 from mqcore.message import Message, MessageExt
-from mqcore.store import (
-    derived_start,
-    dispatch_scan,
-    dispatch_write,
-    full_disk,
-    offset_table,
-    queries,
-    roles,
-)
-from mqcore.store.arrivals import ArrivalsListener
-from mqcore.store.checkpoint import Checkpoint
+from mqcore.store import offset_table
 from mqcore.store.commit_log import CommitLog, PendingRecord
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
+from mqcore.store.files.lockfile import StoreLock
+from mqcore.store.files.prefault import Prefaulter, start_prefaulter
+from mqcore.store.files.service_lock import CONTINUOUS_SERVICES, ServiceLocks
 from mqcore.store.health import StoreHealth
-from mqcore.store.index_service import IndexService
-from mqcore.store.lockfile import StoreLock
-from mqcore.store.pending import DEFAULT_BORN_HOST, pending_record
-from mqcore.store.plain_batch import PlainColumns
-from mqcore.store.prefault import Prefaulter, start_prefaulter
-from mqcore.store.progress import Progress, Slot
-from mqcore.store.quarantine import Quarantine
+from mqcore.store.index.index_service import IndexService
+from mqcore.store.put.pending import DEFAULT_BORN_HOST, pending_record
+from mqcore.store.put.plain_batch import PlainColumns
 from mqcore.store.queue_snapshot import QueueOffsetSnapshot
-from mqcore.store.record_views import RecordsResult
-from mqcore.store.recovery import RecoveryReport, recover
+from mqcore.store.read import queries
+from mqcore.store.read.record_views import RecordsResult
+from mqcore.store.recovery import derived_start, full_disk
+from mqcore.store.recovery.checkpoint import Checkpoint
+from mqcore.store.recovery.quarantine import Quarantine
+from mqcore.store.recovery.recovery import RecoveryReport, recover
 from mqcore.store.refusals import DISK_SOURCES, Refusals
+from mqcore.store.reput import dispatch_scan, dispatch_write
+from mqcore.store.reput.arrivals import ArrivalsListener
 from mqcore.store.results import (
     BatchPutResults,
     GetResult,
@@ -70,8 +65,9 @@ from mqcore.store.results import (
     RefusedPutResult,
     new_put_result,
 )
-from mqcore.store.roles import Role
-from mqcore.store.service_lock import CONTINUOUS_SERVICES, ServiceLocks
+from mqcore.store.sharing import roles
+from mqcore.store.sharing.progress import Progress, Slot
+from mqcore.store.sharing.roles import Role
 from mqcore.validation import validate_topic
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,7 @@ from mqcore.store.commit_log import CommitLog
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import Unit
 from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.queries import MAX_FILTER_SCAN_BYTES
+from mqcore.store.read.queries import MAX_FILTER_SCAN_BYTES
 from mqcore.store.results import GetResult, GetStatus
 from mqcore.store.store import MessageStore
 from mqcore.tiered.config import ReadStrategy

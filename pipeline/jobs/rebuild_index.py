@@ -47,7 +47,7 @@ from mqcore.format.layout import (
 from mqcore.format.record import Corrupt, DispatchRequest, decode_dispatch
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue_store import ConsumeQueueStore
-from mqcore.store.index_service import IndexService
+from mqcore.store.index.index_service import IndexService
 from pipeline.progress import Emit
 from pipeline.segments import ScanRange, list_segments, plan_ranges, snapshot_end
 

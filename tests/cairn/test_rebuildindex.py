@@ -19,8 +19,8 @@ from mqcore.message import Message
 from mqcore.services import inline
 from mqcore.services.index_build import load_job
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.geometry import infer_geometry
-from mqcore.store.verify import check_store
+from mqcore.store.recovery.geometry import infer_geometry
+from mqcore.store.recovery.verify import check_store
 from tests.conftest import free_port, wait_for_port
 from tests.mqcore.services.conftest import SMALL, drain, put_many
 from tests.support.manage import REPO, SHARED_SETTINGS, broker_env, start_runbroker

@@ -33,7 +33,7 @@ from mqcore.clock import SystemClock
 from mqcore.errors import RemoteProtocolError
 from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
-from mqcore.store.plain_batch import PlainColumns
+from mqcore.store.put.plain_batch import PlainColumns
 
 from .harness import TEST_STORE_CONFIG
 

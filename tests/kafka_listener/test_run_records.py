@@ -26,7 +26,7 @@ from mqcore.format.msgid import HostAddress
 from mqcore.format.record import encode_record
 from mqcore.message import Message
 from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT, CQ_UNIT_SIZE
-from mqcore.store.record_views import RecordView
+from mqcore.store.read.record_views import RecordView
 
 from .harness import TEST_STORE_CONFIG
 

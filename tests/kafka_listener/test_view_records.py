@@ -19,7 +19,7 @@ from mqcore.broker.config import BrokerConfig
 from mqcore.broker.types import OutgoingMessage
 from mqcore.clock import SystemClock
 from mqcore.message import Message
-from mqcore.store.record_views import RecordView
+from mqcore.store.read.record_views import RecordView
 
 from .harness import TEST_STORE_CONFIG
 from .test_handlers import call, fetch_request, fetched

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mqcore.store.service_lock import ServiceLock
+from mqcore.store.files.service_lock import ServiceLock
 
 
 @pytest.fixture

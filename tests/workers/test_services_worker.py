@@ -25,7 +25,7 @@ from mqcore.format.record import DispatchRequest
 from mqcore.message import Message
 from mqcore.services import inline
 from mqcore.store import GetStatus, MessageStore, StoreConfig
-from mqcore.store.progress import Slot
+from mqcore.store.sharing.progress import Slot
 from tests.conftest import REPO
 from workers import events
 

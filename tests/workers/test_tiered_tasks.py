@@ -9,7 +9,7 @@ import pytest
 
 from mqcore.services import inline
 from mqcore.store import MessageStore
-from mqcore.store.service_lock import ServiceLock
+from mqcore.store.files.service_lock import ServiceLock
 from mqcore.tiered import PosixBackend
 from mqcore.tiered.config import ReadStrategy, TieredConfig
 from mqcore.tiered.storage import TieredStorage

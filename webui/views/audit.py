@@ -8,8 +8,8 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from api.models import AuditEntry
-from api.roles import OPERATOR
+from accounts.models import AuditEntry
+from accounts.roles import OPERATOR
 from webui.access import console_page
 
 PAGE_SIZE = 50

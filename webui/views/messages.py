@@ -27,14 +27,14 @@ from django.http import (
 )
 from django.shortcuts import redirect, render
 
-from api.serializers.messages import header_dict
 from cairn import runtime
-from kafka_listener.mapping import is_reserved_property, produced_headers
 from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import NotFoundError
 from mqcore.format.properties import is_system_property
+from mqcore.kafka_properties import is_reserved_property, produced_headers
 from mqcore.message import MessageExt
+from shared.serializers.messages import header_dict
 from webui import access, search
 from webui.access import Refused, console_page, describable_topics, get_broker, may, require
 from webui.format import body_views

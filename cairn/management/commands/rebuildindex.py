@@ -6,7 +6,7 @@ For stores whose derived files were lost or corrupted (``mqcore.services.index_b
   ``--queues`` every ConsumeQueue and index file is rebuilt from the whole CommitLog.
 
 Every rebuild is built beside the live files and swapped in through a journal
-(``mqcore.store.rebuild_dir``): killed at any moment, the store holds the old files or the
+(``mqcore.store.recovery.rebuild_dir``): killed at any moment, the store holds the old files or the
 new ones, and the next start (or run) completes or discards what was left. Errors, damaged
 files included, are one line (``CommandError``).
 * Broker running (either ``CAIRN_SERVICES`` mode): the index is built aside in this process

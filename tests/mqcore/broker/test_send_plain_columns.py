@@ -15,7 +15,7 @@ from mqcore.clock import FakeClock
 from mqcore.errors import MQError
 from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
-from mqcore.store.plain_batch import PlainColumns
+from mqcore.store.put.plain_batch import PlainColumns
 from tests.mqcore.broker.conftest import NOW_MS, SMALL_BODIES_STORE
 from tests.mqcore.broker.test_send_plain import _comparable, _stored
 

@@ -17,7 +17,7 @@ from mqcore.message import Message
 from mqcore.services import follow, locks, reput
 from mqcore.store import GetStatus, MessageStore
 from mqcore.store.consume_queue import CQ_UNIT_SIZE
-from mqcore.store.progress import Slot
+from mqcore.store.sharing.progress import Slot
 from tests.mqcore.services.conftest import SMALL, drain, put_many, reput_all
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from mqcore.message import Message
 from mqcore.services import disk
 from mqcore.store import MessageStore, PutStatus
-from mqcore.store.progress import Slot
+from mqcore.store.sharing.progress import Slot
 from tests.mqcore.services.conftest import SMALL
 
 

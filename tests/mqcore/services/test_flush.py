@@ -6,7 +6,7 @@ from mqcore.message import Message
 from mqcore.services import flush
 from mqcore.services.flush import FlushState
 from mqcore.store import MessageStore, StoreConfig
-from mqcore.store.checkpoint import Checkpoint
+from mqcore.store.recovery.checkpoint import Checkpoint
 
 CFG = StoreConfig(
     commitlog_file_size=1024 * 1024,
@@ -86,7 +86,7 @@ def test_worker_flushes_the_brokers_commitlog_and_owns_the_checkpoint(tmp_path: 
     """Celery mode: the worker maps the CommitLog read-only and fdatasyncs what the broker
     wrote, with the same page thresholds; it writes the checkpoint from published times."""
     from mqcore.services import reput
-    from mqcore.store.progress import Slot
+    from mqcore.store.sharing.progress import Slot
 
     clock = FakeClock(now_ms=1_800_000_000_000)
     broker = MessageStore(tmp_path, CFG, role="broker", clock=clock).open()

@@ -14,8 +14,8 @@ from mqcore.services import follow, index_build, reput
 from mqcore.services.index_build import BuildRequest, IndexBuildJob
 from mqcore.store import MessageStore
 from mqcore.store.consume_queue import CQ_UNIT
-from mqcore.store.index_service import IndexService
-from mqcore.store.progress import Slot
+from mqcore.store.index.index_service import IndexService
+from mqcore.store.sharing.progress import Slot
 from tests.mqcore.services.conftest import SMALL, drain, put_many, reput_all
 
 

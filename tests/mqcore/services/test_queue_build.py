@@ -15,10 +15,10 @@ from mqcore.message import Message
 from mqcore.services import inline, queue_build, rebuild, reput
 from mqcore.store import MessageStore, PutStatus, queue_snapshot
 from mqcore.store.consume_queue import CQ_UNIT
-from mqcore.store.geometry import infer_geometry
-from mqcore.store.progress import Slot
 from mqcore.store.queue_snapshot import QueueEntry
-from mqcore.store.verify import check_store
+from mqcore.store.recovery.geometry import infer_geometry
+from mqcore.store.recovery.verify import check_store
+from mqcore.store.sharing.progress import Slot
 from tests.mqcore.services.conftest import SMALL, drain, put_many
 
 CLOCK = SystemClock()

@@ -12,7 +12,7 @@ from mqcore.services import cleanup
 from mqcore.services.cleanup import CleanupState
 from mqcore.store import MessageStore
 from mqcore.store.consume_queue import BLANK_UNIT, CQ_UNIT_SIZE
-from mqcore.store.mapped_file import MappedFile
+from mqcore.store.files.mapped_file import MappedFile
 from mqcore.tiered import MemoryBackend, SegmentId, SegmentType, TieredStoreError
 from mqcore.tiered.config import ReadStrategy
 from mqcore.tiered.dispatcher import upload_step
