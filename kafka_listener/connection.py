@@ -28,7 +28,8 @@ Rules it enforces (kafka-protocol.md sections 1 and 2.3):
   UNSUPPORTED_VERSION (35) and the full supported table, response header v0. No event
   is emitted; the reply takes its place in the response order like any other.
 * **Any other unsupported version, or an unknown API key**: Kafka cannot form a reply, so
-  it closes the connection. Here that is a :class:`~mqcore.errors.RemoteProtocolError`
+  it closes the connection. That includes Produce v0-2, which ApiVersions advertises (for
+  old librdkafka's compression check) but Kafka 4 refuses the same way. Here that is a :class:`~mqcore.errors.RemoteProtocolError`
   (the server logs it and closes), as is every malformed frame, header or body.
 * After a ``RemoteProtocolError`` the connection is dead: every later call raises again.
 * **SASL tokens without Kafka headers.** After a SaslHandshake **v0** the client sends its
@@ -61,7 +62,7 @@ from .messages import (
     encode_response_header,
 )
 from .primitives import INT32, Reader
-from .schemas import API_VERSIONS_TABLE, SCHEMAS, ApiKey
+from .schemas import API_VERSIONS_TABLE, SCHEMAS, ApiKey, advertised_versions
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,7 @@ class KafkaServerConnection:
             if api_key == ApiKey.API_VERSIONS and api_version > bounds[1]:
                 self._answer_unsupported_api_versions(correlation_id, api_version)
                 return None
+            # Produce v0-2 lands here too: advertised, refused (schemas.ADVERTISED_MIN_VERSIONS).
             raise RemoteProtocolError(
                 f"{SCHEMAS[api_key].name} v{api_version} outside v{bounds[0]}-v{bounds[1]}",
                 ErrorCode.UNSUPPORTED_VERSION,
@@ -258,7 +260,7 @@ class KafkaServerConnection:
             "error_code": int(error_code),
             "api_keys": [
                 {"api_key": int(key), "min_version": lo, "max_version": hi}
-                for key, (lo, hi) in sorted(self.supported.items())
+                for key, (lo, hi) in sorted(advertised_versions(self.supported).items())
             ],
             "throttle_time_ms": 0,
         }

@@ -64,6 +64,7 @@ from .group_state import (
     Member,
     Respond,
     join_error,
+    subscription_topics,
     sync_reply,
 )
 
@@ -502,6 +503,37 @@ class GroupCoordinator:
                 for m in group.members.values()
             ],
         }
+
+    def has_members(self, group_id: str) -> bool:
+        """Whether the group has members (or members still being admitted): Kafka's test
+        for NON_EMPTY_GROUP on DeleteGroups."""
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members or group.pending)
+
+    def forget(self, group_id: str) -> None:
+        """Drop an empty group (DeleteGroups): DescribeGroups then says Dead. A group with
+        members is never dropped (the caller checked :meth:`has_members`)."""
+        group = self.groups.get(group_id)
+        if group is not None and not group.members and not group.pending:
+            del self.groups[group_id]
+
+    def subscribed_topics(self, group_id: str) -> frozenset[str] | None:
+        """The topics the members of a ``consumer`` group subscribe to (from their
+        JoinGroup metadata, Kafka's ConsumerProtocol subscription), empty for an empty
+        group; None when they cannot be known (another protocol type, unreadable
+        metadata), which OffsetDelete must read as "every topic", as Kafka does."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            return frozenset()
+        if group.protocol_type != "consumer":
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            found = subscription_topics(member.metadata(group.protocol_name))
+            if found is None:
+                return None
+            topics.update(found)
+        return frozenset(topics)
 
     def list_groups(self) -> list[tuple[str, str, GroupState]]:
         """``(group_id, protocol_type, state)`` of every group the coordinator knows."""

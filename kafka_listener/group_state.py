@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from mqcore.errors import RemoteProtocolError
+
 from .errors import ErrorCode
+from .primitives import Reader
 
 Respond = Callable[[dict[str, Any]], None]
 
@@ -100,3 +103,16 @@ def join_error(code: ErrorCode, member_id: str = "") -> dict[str, Any]:
 
 def sync_reply(code: ErrorCode, assignment: bytes = b"") -> dict[str, Any]:
     return {"error_code": int(code), "assignment": assignment}
+
+
+def subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a ConsumerProtocol subscription (a ``consumer`` member's JoinGroup
+    metadata: int16 version, then an array of topic names, whatever the version), or None
+    when it cannot be read."""
+    reader = Reader(metadata)
+    try:
+        if reader.int16() < 0:
+            return None
+        return [reader.string() for _ in range(reader.array_length(nullable=False))]
+    except RemoteProtocolError:
+        return None

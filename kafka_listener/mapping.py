@@ -66,10 +66,11 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+from mqcore import kafka_properties
 from mqcore.broker.types import OutgoingMessage
 from mqcore.format.msgid import HostAddress
 from mqcore.format.properties import is_system_property
@@ -180,11 +181,12 @@ def from_store_group(name: str) -> str | None:
 
 # -- records -----------------------------------------------------------------------------
 
-PROPERTY_PREFIX = "__kafka."
+# The names live in mqcore.kafka_properties, which REST and the console read them with.
+PROPERTY_PREFIX = kafka_properties.PROPERTY_PREFIX
 P_KEY = PROPERTY_PREFIX + "key"
 P_VALUE = PROPERTY_PREFIX + "value"
-P_HEADER_NAMES = PROPERTY_PREFIX + "hdrs"
-P_HEADER_BLOCK = PROPERTY_PREFIX + "hblk"
+P_HEADER_NAMES = kafka_properties.HEADER_NAMES
+P_HEADER_BLOCK = kafka_properties.HEADER_BLOCK
 _KEYS = "KEYS"
 _B64 = "b64:"
 EMPTY_BODY = b"\x00"
@@ -308,7 +310,7 @@ def record_to_message(record: Record, partition: int) -> OutgoingMessage:
     return m  # type: ignore[no-any-return]
 
 
-def _headers_of(props: dict[str, str]) -> Sequence[Header]:
+def _headers_of(props: Mapping[str, str]) -> Sequence[Header]:
     block = props.get(P_HEADER_BLOCK)
     if block is not None:
         raw = _unb64(block)

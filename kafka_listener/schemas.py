@@ -6,8 +6,9 @@ also carries its flexible v3 (the layout clients probe with) so the compact enco
 tagged fields are exercised by real data, although v3 is not advertised.
 
 :data:`API_VERSIONS_TABLE` is the table of section 2.1, with SASL widened as issue 18 asks
-(SaslHandshake 0-1, SaslAuthenticate 0-2): it is what ApiVersions advertises and what the
-connection accepts. :data:`OPTIONAL_APIS` are the rows the spec
+(SaslHandshake 0-1, SaslAuthenticate 0-2): it is what the connection accepts, and what
+ApiVersions advertises except Produce, advertised from v0 and refused below v3 as Kafka 4
+does (:data:`ADVERTISED_MIN_VERSIONS`). :data:`OPTIONAL_APIS` are the rows the spec
 marks optional (SASL, CreatePartitions); a server that does not implement them passes a
 table without them to ``KafkaServerConnection``.
 
@@ -18,6 +19,7 @@ in ``structs.py``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from enum import IntEnum
@@ -56,6 +58,8 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
 
 
 @dataclass(frozen=True, slots=True)
@@ -604,6 +608,36 @@ DELETE_ACLS = _api(ApiKey.DELETE_ACLS, (0, 3), 2, [
     ]),
 ])  # fmt: skip
 
+# -- Group deletion (42, 47): DeleteGroups v0-1 (v2 is flexible), OffsetDelete v0 ----------
+
+DELETE_GROUPS = _api(ApiKey.DELETE_GROUPS, (0, 1), 2, [
+    f("groups_names", "[]string"),
+], [
+    f(_THROTTLE, "int32"),
+    array("results", [
+        f("group_id", "string"),
+        f("error_code", "int16"),
+    ]),
+])  # fmt: skip
+
+OFFSET_DELETE = _api(ApiKey.OFFSET_DELETE, (0, 0), None, [
+    f("group_id", "string"),
+    array("topics", [
+        f("name", "string"),
+        array("partitions", [f("partition_index", "int32")]),
+    ]),
+], [
+    f("error_code", "int16"),
+    f(_THROTTLE, "int32"),
+    array("topics", [
+        f("name", "string"),
+        array("partitions", [
+            f("partition_index", "int32"),
+            f("error_code", "int16"),
+        ]),
+    ]),
+])  # fmt: skip
+
 SCHEMAS: dict[int, ApiSchema] = {
     s.api_key: s
     for s in (
@@ -611,7 +645,7 @@ SCHEMAS: dict[int, ApiSchema] = {
         FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS,
         LIST_GROUPS, SASL_HANDSHAKE, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS,
         INIT_PRODUCER_ID, DESCRIBE_CONFIGS, SASL_AUTHENTICATE, CREATE_PARTITIONS,
-        DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS,
+        DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DELETE_GROUPS, OFFSET_DELETE,
     )
 }  # fmt: skip
 
@@ -642,7 +676,28 @@ API_VERSIONS_TABLE: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (0, 1),
     ApiKey.CREATE_ACLS: (0, 1),
     ApiKey.DELETE_ACLS: (0, 1),
+    # Group deletion (issue 21): DeleteGroups v1 is what kafkajs and librdkafka send.
+    ApiKey.DELETE_GROUPS: (0, 1),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
+
+# Produce v0-2 (message formats v0 and v1) are advertised but refused, as Kafka 4 does
+# (KAFKA-18659): older librdkafka releases (Debian's kcat: 2.0.2) compress only when ApiVersions says
+# Produce v0 is supported, and clients use the highest version both sides know, so nobody
+# sends v0-2 to a broker that offers v3+. :func:`advertised_versions` lowers the minimum; the
+# connection still accepts only :data:`API_VERSIONS_TABLE` and closes on a v0-2 request.
+ADVERTISED_MIN_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 0}
+
+
+def advertised_versions(accepted: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """What ApiVersions tells clients for an ``accepted`` table: the same spans, with the
+    minimums of :data:`ADVERTISED_MIN_VERSIONS` lowered."""
+    return {
+        key: (min(lo, ADVERTISED_MIN_VERSIONS.get(key, lo)), hi)
+        for key, (lo, hi) in accepted.items()
+    }
+
+
 OPTIONAL_APIS: frozenset[int] = frozenset(
     {ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.CREATE_PARTITIONS}
 )

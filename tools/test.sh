@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/bootstrap.sh
 tools/system-deps.sh
+tools/node-deps.sh
 
 echo "== ruff"
 .venv/bin/ruff check .

@@ -28,6 +28,8 @@ module              APIs                    over
                     Sync, Heartbeat, Leave,
                     OffsetCommit/Fetch,
                     Describe/ListGroups
+``group_delete``    DeleteGroups,           GroupCoordinator, Broker groups and offsets
+                    OffsetDelete
 ``acls``            Describe/Create/        the accounts store (``ctx.access``)
                     DeleteAcls
 ==================  ======================  =============================================
@@ -35,7 +37,8 @@ module              APIs                    over
 Authorization (``authz.py``): every handler checks the connection's subject with
 :meth:`Call.check` before it acts, with Kafka's operations and error codes (Produce
 WRITE topic, Fetch READ topic, Metadata lists only topics the subject may DESCRIBE, group
-APIs READ group, admin APIs CREATE/DELETE/ALTER, ...); changes are audited there too.
+APIs READ group, admin APIs CREATE/DELETE/ALTER, DeleteGroups and OffsetDelete DELETE
+group, ...); changes are audited there too.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..schemas import API_VERSIONS_TABLE, ApiKey
-from . import acls, fetch, groups, produce, topics
+from . import acls, fetch, group_delete, groups, produce, topics
 from .context import Call, KafkaContext, Later, ListenerConfig
 
 Handler = Callable[[KafkaContext, Call], Awaitable[dict[str, Any] | Later | None]]
@@ -73,6 +76,9 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_ACLS: acls.describe_acls,
     ApiKey.CREATE_ACLS: acls.create_acls,
     ApiKey.DELETE_ACLS: acls.delete_acls,
+    # Deleting groups and their offsets (issue 21).
+    ApiKey.DELETE_GROUPS: group_delete.delete_groups,
+    ApiKey.OFFSET_DELETE: group_delete.offset_delete,
 }
 
 

@@ -7,7 +7,11 @@ JoinGroup and SyncGroup await its ``respond`` callback through a future. Committ
 are the broker's (``consumerOffset.json``, group names escaped by
 ``mapping.to_store_group``); commit metadata has no slot there and is kept in memory.
 OffsetFetch for an unknown group or partition answers offset -1 without error (clients
-then apply ``auto.offset.reset``).
+then apply ``auto.offset.reset``). Commits of Kafka's placeholders -2 (earliest) and -1
+(latest), which reset tools send (kafkajs ``admin.resetOffsets``), are stored as they are
+and OffsetFetch returns them unchanged, as Kafka does: each consumer then resolves them
+with its own reset policy (the Java client and kafkajs treat any negative offset as "no
+committed offset"). Offsets below -2 get OFFSET_OUT_OF_RANGE.
 
 Authorization (Kafka's table): FindCoordinator and DescribeGroups need DESCRIBE on the
 group; JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit READ on it
@@ -29,6 +33,7 @@ from typing import Any
 
 from mqcore.access.model import Operation, Resource
 from mqcore.errors import MQError, NotFoundError, ValidationError
+from mqcore.metadata.offsets import EARLIEST_PLACEHOLDER
 
 from .. import mapping
 from ..coordinator import JoinRequest
@@ -178,7 +183,7 @@ def _commit_one(
     partition, offset = part["partition_index"], part["committed_offset"]
     if not 0 <= partition < info.read_queue_nums:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if offset < 0:
+    if offset < EARLIEST_PLACEHOLDER:  # -2 and -1 are stored as they are (module docstring)
         return ErrorCode.OFFSET_OUT_OF_RANGE
     try:
         try:

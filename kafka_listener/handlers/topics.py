@@ -8,8 +8,10 @@ partition and is the controller (clients send admin requests to the controller).
 
 CreateTopics: ``num_partitions`` -1 → ``ListenerConfig.default_partitions``; replication
 factor -1 or 1 (anything else: INVALID_REPLICATION_FACTOR, one node); explicit
-assignments give the partition count; topic configs are accepted and not stored (Cairn's
-topics have no Kafka configs; DescribeConfigs reports fixed values).
+assignments give the partition count. Topic configs are never accepted and then ignored
+(``topic_configs.py``): an unknown name, or a value Cairn cannot honour, is INVALID_CONFIG
+with a message saying what is not supported, and nothing is created; DescribeConfigs
+reports what Cairn really does, every entry read-only.
 
 Authorization (Kafka's): Metadata lists only the topics the connection may DESCRIBE, and
 answers TOPIC_AUTHORIZATION_FAILED (29) for a requested one it may not; auto-creation and
@@ -33,6 +35,8 @@ from mqcore.errors import ConflictError, MQError, NotFoundError, ValidationError
 
 from .. import mapping
 from ..errors import ErrorCode, error_code_for
+from ..schemas import advertised_versions
+from ..topic_configs import config_problem, effective_configs
 from .authz import (
     AUTHORIZATION_FAILED,
     CLUSTER,
@@ -44,12 +48,13 @@ from .context import Call, KafkaContext
 
 
 async def api_versions(ctx: KafkaContext, call: Call) -> dict[str, Any]:
-    """Our version table (versions above it are answered by the connection itself)."""
+    """Our version table, Produce advertised from v0 (``schemas.advertised_versions``);
+    versions above it are answered by the connection itself."""
     return {
         "error_code": 0,
         "api_keys": [
             {"api_key": key, "min_version": lo, "max_version": hi}
-            for key, (lo, hi) in sorted(ctx.versions.items())
+            for key, (lo, hi) in sorted(advertised_versions(ctx.versions).items())
         ],
         "throttle_time_ms": 0,
     }
@@ -213,6 +218,10 @@ def _create_one(
         return ErrorCode.INVALID_PARTITIONS, "partitions must be 1..1024 (RocketMQ queues)"
     if replication not in (-1, 1):
         return ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be 1 (one node)"
+    for config in topic["configs"]:
+        problem = config_problem(ctx.broker.store.config, config["name"], config["value"])
+        if problem is not None:
+            return ErrorCode.INVALID_CONFIG, problem
     try:
         ctx.broker.get_topic(mapping.to_store_topic(name))
         return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
@@ -313,17 +322,6 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 
 
-def _topic_configs(broker: Broker) -> dict[str, str]:
-    store = broker.store.config
-    return {
-        "cleanup.policy": "delete",
-        "compression.type": "producer",
-        "max.message.bytes": str(store.max_message_size),
-        "message.timestamp.type": "CreateTime",
-        "retention.ms": str(int(store.file_reserved_time_hours * 3_600_000)),
-    }
-
-
 def _describe_refusal(ctx: KafkaContext, call: Call, kind: int, name: str) -> ErrorCode | None:
     """DESCRIBE_CONFIGS on the topic (29) or, for the broker, on the cluster (31)."""
     if kind == RESOURCE_TOPIC and mapping.kafka_topic_error(name) is None:
@@ -354,7 +352,7 @@ def _describe_one(ctx: KafkaContext, call: Call, resource: dict[str, Any]) -> di
                 error_message=f"unknown topic {name!r}",
             )
             return result
-        values, source = _topic_configs(ctx.broker), SOURCE_DEFAULT
+        values, source = effective_configs(ctx.broker.store.config), SOURCE_DEFAULT
     elif kind == RESOURCE_BROKER:
         values = {
             "broker.id": str(ctx.config.node_id),

@@ -8,7 +8,7 @@ store-wide lock).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from mqcore.broker import admin, lag
@@ -258,11 +258,13 @@ class BrokerAdmin:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` will next consume ``offset`` on a queue (memory; written to
-        ``consumerOffset.json`` by the offsets_persist step and at stop). Thread-safe.
+        ``consumerOffset.json`` by the offsets_persist step and at stop), or one of Kafka's
+        placeholders -2 (earliest) and -1 (latest), which the group's consumers resolve
+        (``mqcore.metadata.offsets``). Thread-safe.
 
         Raises:
             NotFoundError: unknown group (when groups are not auto-created) or topic.
-            ValidationError: ``queue_id`` out of ``range``, negative ``offset``.
+            ValidationError: ``queue_id`` out of ``range``, ``offset`` below -2.
         """
         self._require_group(group)
         config = self.metadata.topics.get(topic)
@@ -272,6 +274,22 @@ class BrokerAdmin:
             raise ValidationError("queue_id", "range", f"queue_id: must be >= 0 (got {queue_id})")
         check_queue_id(config, queue_id)
         self.metadata.offsets.commit(group, topic, queue_id, offset)
+
+    def delete_offsets(
+        self, group: str, topic: str, queue_ids: Iterable[int] | None = None
+    ) -> dict[int, int]:
+        """Forget ``group``'s committed offsets on ``topic`` (every queue, or ``queue_ids``),
+        as Kafka's OffsetDelete does; the group and the topic need not exist any more.
+        Returns the removed ``{queue_id: offset}``. Thread-safe."""
+        if queue_ids is None:
+            queue_ids = self.metadata.offsets.offsets_for(group, topic)
+        return self.metadata.offsets.remove_queues(group, topic, queue_ids)
+
+    def forget_group_offsets(self, group: str) -> int:
+        """Forget every committed offset of ``group``, whether or not a subscription group
+        of that name exists (Kafka's DeleteGroups for a group known only by its offsets).
+        Returns the number of topics dropped. Thread-safe."""
+        return self.metadata.offsets.remove_group(group)
 
     def reset_offsets(
         self,

@@ -14,7 +14,13 @@ on the line of its ``{``)::
     →}
     }
 
-The stored value is the **next** queue offset the group will consume. ``groupTopicMap`` is
+The stored value is the **next** queue offset the group will consume, or one of Kafka's two
+placeholders (:data:`PLACEHOLDER_OFFSETS`): -2 "earliest" and -1 "latest", which Kafka tools
+commit to reset a group (kafkajs ``admin.resetOffsets``). They are stored and returned as
+they are, as Kafka does; each consumer resolves them with its own reset policy, as RocketMQ
+consumers resolve a negative offset with ``consumeFromWhere``. Readers that need a position
+(lag, cleanup's unconsumed guard) treat them as the queue's minimum, i.e. nothing consumed.
+``groupTopicMap`` is
 derived from ``offsetTable`` (5.x writes it, loading ignores it; 4.x files lack it and
 ``dataVersion``). Keys that do not split into exactly one topic and one group at ``@`` are kept
 and written back, but no query sees them (RocketMQ does the same).
@@ -31,7 +37,7 @@ lock held for a dict update only (microseconds), and a persist holds it only to 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +58,9 @@ from mqcore.metadata.validation import (
 
 TOPIC_GROUP_SEPARATOR = "@"
 UPDATE_VERSION_STEP = 500  # consumerOffsetUpdateVersionStep
+EARLIEST_PLACEHOLDER = -2  # Kafka's ListOffsets EARLIEST_TIMESTAMP, committed by reset tools
+LATEST_PLACEHOLDER = -1  # Kafka's LATEST_TIMESTAMP
+PLACEHOLDER_OFFSETS = frozenset({EARLIEST_PLACEHOLDER, LATEST_PLACEHOLDER})
 
 
 def offset_key(topic: str, group: str) -> str:
@@ -107,15 +116,16 @@ class ConsumerOffsetManager(ConfigFileManager[_OffsetsState]):
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` will next consume ``offset`` in ``topic``'s queue ``queue_id``.
 
-        An offset lower than the stored one is accepted (a reset, or a consumer rewinding).
+        An offset lower than the stored one is accepted (a reset, or a consumer rewinding),
+        and so are the placeholders -2 and -1 (module docstring).
 
         Raises:
-            ValidationError: a bad name, a negative queue id or offset.
+            ValidationError: a bad name, a negative queue id, an offset below -2.
         """
         validate_group_name(group, "group")
         validate_topic_name(topic, "topic")
         check_int(queue_id, "queue_id", 0, 2**31 - 1)
-        check_int(offset, "offset", 0, INT64_MAX)
+        check_int(offset, "offset", EARLIEST_PLACEHOLDER, INT64_MAX)
         key = offset_key(topic, group)
         now = self._clock.now_ms()
         with self._lock:
@@ -167,6 +177,19 @@ class ConsumerOffsetManager(ConfigFileManager[_OffsetsState]):
     def remove_topic(self, topic: str) -> int:
         """Forget every offset on ``topic``. Returns the number of groups dropped."""
         return self._remove(lambda t, group: t == topic)
+
+    def remove_queues(self, group: str, topic: str, queue_ids: Iterable[int]) -> dict[int, int]:
+        """Forget ``group``'s offsets on some queues of ``topic`` (Kafka's OffsetDelete).
+        Returns the removed ``{queue_id: offset}``; the pair's key goes once empty."""
+        key = offset_key(topic, group)
+        with self._lock:
+            queues = self._table.get(key, {})
+            removed = {q: queues.pop(q) for q in sorted(set(queue_ids)) if q in queues}
+            if key in self._table and not queues:
+                del self._table[key]
+            if removed:
+                self._version = self._version.next_version(self._clock)
+            return removed
 
     def _remove(self, match: Callable[[str, str], bool]) -> int:
         with self._lock:
@@ -225,7 +248,7 @@ def decode_offset_table(doc: JsonObject, key: str, strict: bool) -> dict[str, di
     """``{"topic@group": {queueId: offset}}`` from ``doc[key]``; empty when absent.
 
     With ``strict``, each key must be ``topic@group`` with valid names and offsets must be
-    non-negative.
+    non-negative or a placeholder (-2, -1).
     """
     table_obj = doc.get_object(key, required=strict)
     table: dict[str, dict[int, int]] = {}
@@ -242,7 +265,7 @@ def decode_offset_table(doc: JsonObject, key: str, strict: bool) -> dict[str, di
             validate_topic_name(pair[0], f"{path} topic")
             validate_group_name(pair[1], f"{path} group")
         queues_obj = JsonObject(queues, path)
-        lo = 0 if strict else -(2**63)
+        lo = EARLIEST_PLACEHOLDER if strict else -(2**63)
         table[name] = {
             parse_int_key(queue_id, path, 0 if strict else -(2**31)): check_int(
                 offset, f"{path}.{queue_id}", lo, INT64_MAX

@@ -19,6 +19,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from mqcore.broker.types import OutgoingMessage, SendResult
+from mqcore.kafka_properties import is_reserved_property, produced_headers
 from mqcore.message import MessageExt
 from shared.serializers.common import (
     INT32_MAX,
@@ -294,9 +295,19 @@ def render_body(body: bytes, force_base64: bool = False) -> tuple[str, str]:
     return base64.b64encode(body).decode("ascii"), "base64"
 
 
+class HeaderOutSerializer(serializers.Serializer):
+    """One Kafka header: its value as text when it is UTF-8, else base64; null for a null
+    header."""
+
+    name = serializers.CharField()
+    value = serializers.CharField(allow_null=True)
+    value_encoding = serializers.ChoiceField(["text", "base64"])
+
+
 class MessageOutSerializer(serializers.Serializer):
     """A stored message. ``properties`` are the user's; ``system_properties`` the broker's
-    (TAGS, KEYS, UNIQ_KEY, DELAY, REAL_TOPIC ...)."""
+    (TAGS, KEYS, UNIQ_KEY, DELAY, REAL_TOPIC ...). The Kafka listener's own ``__kafka.*``
+    properties are in neither: ``headers`` shows the Kafka headers they hold."""
 
     msg_id = serializers.CharField()
     offset_msg_id = serializers.CharField()
@@ -308,6 +319,12 @@ class MessageOutSerializer(serializers.Serializer):
     tag = serializers.CharField(allow_null=True)
     properties = serializers.DictField(child=serializers.CharField())
     system_properties = serializers.DictField(child=serializers.CharField())
+    headers = HeaderOutSerializer(
+        many=True,
+        allow_null=True,
+        help_text="the Kafka headers a Kafka producer sent, in order; null when it sent none "
+        "(Kafka consumers then get the user properties as headers)",
+    )
     body = serializers.CharField()
     body_encoding = serializers.ChoiceField(["text", "base64"])
     body_size = serializers.IntegerField()
@@ -332,6 +349,7 @@ class MessageOutSerializer(serializers.Serializer):
 def message_dict(m: MessageExt, force_base64: bool = False) -> dict[str, Any]:
     body, encoding = render_body(m.body, force_base64)
     user = m.user_properties()
+    headers = produced_headers(m.properties)
     return {
         "msg_id": m.msg_id,
         "offset_msg_id": m.offset_msg_id,
@@ -341,8 +359,9 @@ def message_dict(m: MessageExt, force_base64: bool = False) -> dict[str, Any]:
         "commitlog_offset": m.phys_offset,
         "keys": list(m.keys),
         "tag": m.tags,
-        "properties": user,
+        "properties": {k: v for k, v in user.items() if not is_reserved_property(k)},
         "system_properties": {k: v for k, v in m.properties.items() if k not in user},
+        "headers": None if headers is None else [header_dict(n, v) for n, v in headers],
         "body": body,
         "body_encoding": encoding,
         "body_size": len(m.body),
@@ -355,6 +374,13 @@ def message_dict(m: MessageExt, force_base64: bool = False) -> dict[str, Any]:
         "sys_flag": m.sys_flag,
         "store_size": m.store_size,
     }
+
+
+def header_dict(name: str, value: bytes | None) -> dict[str, Any]:
+    if value is None:
+        return {"name": name, "value": None, "value_encoding": "text"}
+    text, encoding = render_body(value, False)
+    return {"name": name, "value": text, "value_encoding": encoding}
 
 
 class PullPageSerializer(serializers.Serializer):

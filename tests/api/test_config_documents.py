@@ -130,7 +130,7 @@ def test_invalid_document_changes_nothing(
     ("name", "text", "rule"),
     [
         ("consumerOffset.json", '{"offsetTable":{"NoSeparator":{0:1}}}', "pattern"),
-        ("consumerOffset.json", '{"offsetTable":{"T@g":{0:-1}}}', "range"),
+        ("consumerOffset.json", '{"offsetTable":{"T@g":{0:-3}}}', "range"),
         ("consumerOffset.json", '{"offsetTable":{"T@g":{"x":1}}}', None),
         (
             "subscriptionGroup.json",

@@ -14,7 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_listener.connection import ConnectionClosed, KafkaServerConnection, RequestReceived
-from kafka_listener.messages import decode_response, decode_response_frame, encode_request_frame
+from kafka_listener.messages import (
+    RequestHeader,
+    decode_response,
+    decode_response_frame,
+    encode_request,
+    encode_request_frame,
+    encode_request_header,
+)
+from kafka_listener.messages import (
+    frame as size_prefixed,
+)
 from kafka_listener.primitives import Reader
 from kafka_listener.records import encode_batch
 from kafka_listener.schemas import API_VERSIONS_TABLE, SCHEMAS
@@ -127,10 +137,11 @@ def test_acks_one_produce_response_uses_request_version() -> None:
 
 
 def expected_v0_error_reply(correlation_id: int) -> bytes:
-    """Hand-built: header v0 | error 35 | api_keys array of the whole table (v0 layout:
-    no throttle_time_ms)."""
+    """Hand-built: header v0 | error 35 | api_keys array of the whole table as advertised
+    (Produce from v0, issue 21; v0 layout: no throttle_time_ms)."""
     entries = "".join(
-        f"{key:04x}{lo:04x}{hi:04x}" for key, (lo, hi) in sorted(API_VERSIONS_TABLE.items())
+        f"{key:04x}{lo if key else 0:04x}{hi:04x}"
+        for key, (lo, hi) in sorted(API_VERSIONS_TABLE.items())
     )
     body = f"{correlation_id:08x} 0023 {len(API_VERSIONS_TABLE):08x} {entries}"
     payload = h(body)
@@ -150,7 +161,7 @@ def test_api_versions_probe_above_table_gets_v0_error_reply(version: int) -> Non
     _, body = decode_response_frame(18, 0, out)
     assert body["error_code"] == 35
     assert {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]} == (
-        API_VERSIONS_TABLE
+        API_VERSIONS_TABLE | {0: (0, API_VERSIONS_TABLE[0][1])}
     )
     # The client then retries on the same connection with v2 (kafka-python) or v0.
     [event] = conn.receive_data(encode_request_frame(18, 2, 43, {}))
@@ -323,3 +334,25 @@ def mutated_valid_frames(draw: st.DrawFn) -> bytes:
 @given(mutated_valid_frames())
 def test_fuzz_mutated_valid_frames(frame: bytes) -> None:
     feed_all([frame])
+
+
+def test_produce_v0_to_v2_advertised_but_refused() -> None:
+    """Produce is advertised from v0, so older librdkafka compresses (its check wants
+    Produce v0 supported), and refused below v3 as Kafka 4 refuses it: the connection
+    closes, as for any version outside the accepted table (issue 21)."""
+    conn = KafkaServerConnection()
+    [probe] = conn.receive_data(encode_request_frame(18, 2, 1, {}))
+    conn.send_response(probe.correlation_id, conn.api_versions_response())
+    _, body = decode_response_frame(18, 2, conn.data_to_send())
+    table = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
+    assert table[0] == (0, 7)
+    request = {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": []}
+    [event] = conn.receive_data(encode_request_frame(0, 3, 2, request))
+    assert isinstance(event, RequestReceived) and event.api_version == 3
+    for version in (0, 1, 2):
+        fresh = KafkaServerConnection()
+        with pytest.raises(RemoteProtocolError) as info:
+            header = encode_request_header(RequestHeader(0, version, 3, "rdkafka"))
+            fresh.receive_data(size_prefixed(header + encode_request(0, 3, request)))
+        assert info.value.error_code == 35
+        assert f"Produce v{version} outside v3-v7" in str(info.value)

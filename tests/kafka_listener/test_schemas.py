@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +19,7 @@ from kafka_listener.schemas import (
     API_VERSIONS_TABLE,
     OPTIONAL_APIS,
     SCHEMAS,
+    advertised_versions,
 )
 from mqcore.errors import LocalProtocolError, RemoteProtocolError
 
@@ -48,7 +52,25 @@ SPEC_TABLE = [
     (32, 0, 2, 4),
     (36, 0, 2, 2),  # and SaslAuthenticate v2 (flexible)
     (37, 0, 1, 2),
+    (42, 0, 1, 2),  # issue 21: DeleteGroups
+    (47, 0, 0, None),  # and OffsetDelete (never flexible)
 ]
+
+
+def test_readme_lists_what_api_versions_advertises() -> None:
+    """The README's "Supported APIs" paragraph names every API with the versions
+    ApiVersions advertises (Produce from v0, issue 21), and no other."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    paragraph = readme.split("**Supported APIs**", 1)[1].split("\n\n", 1)[0]
+    paragraph = " ".join(paragraph.split())
+    listed = {
+        name: (int(lo), int(hi or lo))
+        for name, lo, hi in re.findall(r"\b([A-Z][A-Za-z]+) (\d+)(?:–(\d+))?(?![.\d])", paragraph)
+    }
+    advertised = {
+        SCHEMAS[key].name: span for key, span in advertised_versions(API_VERSIONS_TABLE).items()
+    }
+    assert listed == advertised
 
 
 def test_table_is_exactly_the_spec() -> None:

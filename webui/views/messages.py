@@ -32,7 +32,9 @@ from mqcore.access.model import Operation, Resource
 from mqcore.broker import Broker
 from mqcore.errors import NotFoundError
 from mqcore.format.properties import is_system_property
+from mqcore.kafka_properties import is_reserved_property, produced_headers
 from mqcore.message import MessageExt
+from shared.serializers.messages import header_dict
 from webui import access, search
 from webui.access import Refused, console_page, describable_topics, get_broker, may, require
 from webui.format import body_views
@@ -210,7 +212,13 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
     view = broker.view_message(message.offset_msg_id)
     props = message.properties
     system_props = sorted((k, v) for k, v in props.items() if is_system_property(k))
-    user_props = sorted((k, v) for k, v in props.items() if not is_system_property(k))
+    # The Kafka listener's own __kafka.* properties are neither: their headers are shown.
+    user_props = sorted(
+        (k, v)
+        for k, v in props.items()
+        if not is_system_property(k) and not is_reserved_property(k)
+    )
+    headers = produced_headers(props)
     return render(
         request,
         "webui/message.html",
@@ -227,6 +235,7 @@ def message_detail(request: HttpRequest, msg_id: str) -> HttpResponse:
             "fields": [(label, getattr(message, attr)) for label, attr in SYSTEM_FIELDS],
             "system_props": system_props,
             "user_props": user_props,
+            "kafka_headers": None if headers is None else [header_dict(n, v) for n, v in headers],
             "body": body_views(message.body),
             "keys": message.keys,
             "broker_name": broker.broker_name,

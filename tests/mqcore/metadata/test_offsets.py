@@ -82,7 +82,7 @@ def test_commit_query_and_lookups(config_dir: Path, clock: FakeClock) -> None:
         (("bad group", "T", 0, 1), "group", "pattern"),
         (("g", "T@x", 0, 1), "topic", "pattern"),
         (("g", "T", -1, 1), "queue_id", "range"),
-        (("g", "T", 0, -1), "offset", "range"),
+        (("g", "T", 0, -3), "offset", "range"),  # -2 and -1 are Kafka's placeholders
     ],
 )
 def test_commit_validation(
@@ -92,6 +92,19 @@ def test_commit_validation(
     with pytest.raises(ValidationError) as info:
         offsets.commit(*args)
     assert (info.value.field, info.value.rule) == (field, rule)
+
+
+def test_kafka_placeholders_are_stored_as_they_are(config_dir: Path, clock: FakeClock) -> None:
+    """-2 (earliest) and -1 (latest), committed by Kafka reset tools, survive a persist and a
+    load unchanged, and import as a document (issue 21)."""
+    offsets = manager(config_dir, clock)
+    offsets.commit("g", "T", 0, -2)
+    offsets.commit("g", "T", 1, -1)
+    offsets.persist()
+    again = manager(config_dir, clock)
+    assert again.offsets_for("g", "T") == {0: -2, 1: -1}
+    again.replace_from_document(again.to_document())
+    assert again.offsets_for("g", "T") == {0: -2, 1: -1}
 
 
 def test_commits_reach_disk_only_on_persist(config_dir: Path, clock: FakeClock) -> None:
@@ -172,7 +185,7 @@ def test_malformed_keys_are_kept_but_not_queried(config_dir: Path, clock: FakeCl
     ("document", "field", "rule"),
     [
         ('{"offsetTable":{"noSeparator":{0:1}}}', "offsetTable.noSeparator", "pattern"),
-        ('{"offsetTable":{"T@g":{0:-1}}}', "offsetTable.T@g.0", "range"),
+        ('{"offsetTable":{"T@g":{0:-3}}}', "offsetTable.T@g.0", "range"),
         ('{"offsetTable":{"T@g":{"x":1}}}', "offsetTable.T@g", "type"),
         ('{"offsetTable":{"T@g":{-1:1}}}', "offsetTable.T@g key", "range"),
         (
