@@ -17,13 +17,11 @@ Wiring (the runtime does this once)::
 (:meth:`Broker.open` does all of it for tests and tools.)
 
 Thread-safety: every public method may be called from any thread once started. Blocking
-methods (``pull`` with ``wait_ms``, ``wait_for_messages``) block only their caller; the
-``*_async`` variants await without blocking the event loop.
+methods (``pull`` with ``wait_ms``, ``wait_for_messages``) block only their caller.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import secrets
@@ -241,12 +239,6 @@ class Broker(BrokerAdmin):
     def waiting_pulls(self) -> int:
         """Pulls and waits parked right now (status pages, tests)."""
         return self._notifier.waiting
-
-    def notify_arrival(self, topic: str, queue_id: int) -> None:
-        """Wake pulls waiting on a queue. The runtime calls it for arrivals dispatched by
-        another process (Celery reput over Redis pub/sub); in-process dispatch needs nothing.
-        Thread-safe."""
-        self._notifier.notify(topic, queue_id)
 
     # -- messages: send -----------------------------------------------------------------------
 
@@ -480,49 +472,6 @@ class Broker(BrokerAdmin):
         Thread-safe."""
         self._gets.add(count)
 
-    async def pull_async(
-        self,
-        group: str | None,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = 32,
-        *,
-        tag_expression: str = "*",
-        wait_ms: int = 0,
-        max_bytes: int = 4 * 1024 * 1024,
-    ) -> PullResult:
-        """:meth:`pull` for asyncio: store reads run in a worker thread
-        (``asyncio.to_thread``) and the wait is an ``asyncio.Event`` set from the dispatch
-        thread, so the event loop is never blocked. Same arguments, result and errors."""
-        tags, wait_ms, result = await asyncio.to_thread(
-            self._prepare_pull,
-            group,
-            topic,
-            queue_id,
-            offset,
-            max_count,
-            tag_expression,
-            wait_ms,
-            max_bytes,
-        )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_ms / 1000
-        recheck_s = self.config.long_poll_recheck_ms / 1000
-        while result.status is PullStatus.NO_NEW_MSG and wait_ms > 0:
-            remaining = deadline - loop.time()
-            at = result.next_offset
-            ready = functools.partial(self._has_data, topic, queue_id, at)
-            if remaining <= 0 or not await self._notifier.wait_async(
-                [(topic, queue_id)], ready, remaining, recheck_s
-            ):
-                break
-            result = await asyncio.to_thread(
-                scan, self.reader, group, topic, queue_id, at, max_count, tags, max_bytes
-            )
-        self._gets.add(len(result.messages))
-        return result
-
     def _ready_queues(self, refs: Sequence[QueueRef]) -> list[QueueRef]:
         return [ref for ref in refs if self._has_data(ref[0], ref[1], ref[2])]
 
@@ -554,17 +503,6 @@ class Broker(BrokerAdmin):
         keys = [(topic, queue_id) for topic, queue_id, _ in refs]
         ready = functools.partial(self._ready_queues, refs)
         self._notifier.wait(keys, lambda: bool(ready()), timeout_s, self._recheck_s)
-        return ready()
-
-    async def wait_for_messages_async(
-        self, queues: Iterable[QueueRef], timeout_ms: int
-    ) -> list[QueueRef]:
-        """:meth:`wait_for_messages` for asyncio (the Kafka fetch wait); never blocks the
-        event loop (readiness is an in-memory offset comparison)."""
-        refs, timeout_s = self._check_wait(queues, timeout_ms)
-        keys = [(topic, queue_id) for topic, queue_id, _ in refs]
-        ready = functools.partial(self._ready_queues, refs)
-        await self._notifier.wait_async(keys, lambda: bool(ready()), timeout_s, self._recheck_s)
         return ready()
 
     @property
