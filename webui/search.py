@@ -251,7 +251,7 @@ def run(
                 yield {"type": "error", "detail": f"you may not read topic {query.topic}",
                        "field": "topic"}  # fmt: skip
                 return
-            broker.get_topic(query.topic)
+            broker.admin.get_topic(query.topic)
         searches = {"id": _by_id, "key": _by_key, "time": _by_time, "queue": _by_queue}
         yield from searches[query.mode](broker, query, may_read)
     except MQError as exc:
@@ -336,7 +336,7 @@ def _resume_cursor(
     if page_cursor:
         offsets = decode_cursor(page_cursor, query.topic, query.begin, query.end)
     else:  # the page was the last one: queues without a message left are at their end
-        offsets = {q.queue_id: q.max_offset for q in broker.topic_status(query.topic).queues}
+        offsets = {q.queue_id: q.max_offset for q in broker.admin.topic_status(query.topic).queues}
     for message in rest:
         queue = message.queue_id
         offsets[queue] = min(offsets.get(queue, message.queue_offset), message.queue_offset)

@@ -145,7 +145,7 @@ class TopicMessagesView(BrokerView):
         force = q["body_encoding"] == "base64"
         limit = q.get("limit", DEFAULT_READ_LIMIT)
         mode = q["mode"]
-        self.broker.get_topic(topic)  # 404 first, whatever the mode
+        self.broker.admin.get_topic(topic)  # 404 first, whatever the mode
         if mode == "pull":
             result = self.broker.pull(
                 None,
@@ -243,7 +243,7 @@ class RetryView(BrokerView):
     )
     def post(self, request: Request, group: str, msg_id: str) -> Response:
         data = self.body(RetrySerializer)
-        self.broker.get_group(group)
+        self.broker.admin.get_group(group)
         found = self.broker.get_message(check_msg_id(msg_id))
         if found is not None:  # an unknown message is send_back's 404
             require(request, Operation.WRITE, Resource.topic(copies.home_topic(found)))
@@ -281,7 +281,7 @@ class DlqResendView(BrokerView):
         dlq = dlq_topic_name(group)
         require(request, Operation.DESCRIBE, Resource.group(group))
         require(request, Operation.READ, Resource.topic(dlq))
-        self.broker.get_group(group)
+        self.broker.admin.get_group(group)
         if self.broker.metadata.topics.get(dlq) is not None:
             found = copies.find(self.broker.reader, check_msg_id(msg_id), dlq)
             if found is not None and original_topic(found):  # else resend_from_dlq's 404

@@ -51,7 +51,7 @@ class TopicListView(BrokerView):
     )
     def get(self, request: Request) -> Response:
         q = self.query(TopicListQuerySerializer)
-        topics = self.broker.list_topics()
+        topics = self.broker.admin.list_topics()
         if q.get("kind"):
             topics = [t for t in topics if t.kind in q["kind"]]
         if q.get("search"):
@@ -68,7 +68,7 @@ class TopicListView(BrokerView):
         rows = []
         for info in topics:
             try:
-                status = self.broker.topic_status(info.name)
+                status = self.broker.admin.topic_status(info.name)
             except NotFoundError:  # deleted since it was listed
                 continue
             rows.append(TopicSerializer((info, status)).data)
@@ -86,9 +86,9 @@ class TopicListView(BrokerView):
         name = data.pop("name")
         require(request, Operation.CREATE, Resource.cluster(), Resource.topic(name))
         self.mq_field_aliases = {"topic_name": "name"}
-        info = self.broker.create_topic(name, **data)
+        info = self.broker.admin.create_topic(name, **data)
         audit.record(request, "topic.create", "topic", name, new=info.settings())
-        body = TopicDetailSerializer((info, self.broker.topic_status(name))).data
+        body = TopicDetailSerializer((info, self.broker.admin.topic_status(name))).data
         location = reverse("api:topic-detail", kwargs={"topic": name})
         return Response(body, status=201, headers={"Location": location})
 
@@ -115,8 +115,8 @@ class TopicDetailView(BrokerView):
         responses=responses({200: TopicDetailSerializer}, *READ),
     )
     def get(self, request: Request, topic: str) -> Response:
-        info = self.broker.get_topic(topic)
-        return Response(self._detail(info, self.broker.topic_status(topic)))
+        info = self.broker.admin.get_topic(topic)
+        return Response(self._detail(info, self.broker.admin.topic_status(topic)))
 
     @extend_schema(
         summary="Change a topic's settings",
@@ -126,8 +126,8 @@ class TopicDetailView(BrokerView):
     )
     def patch(self, request: Request, topic: str) -> Response:
         changes = self.body(TopicUpdateSerializer)
-        old = self.broker.get_topic(topic)
-        new = self.broker.update_topic(topic, **changes)
+        old = self.broker.admin.get_topic(topic)
+        new = self.broker.admin.update_topic(topic, **changes)
         audit.record(
             request,
             "topic.update",
@@ -136,7 +136,7 @@ class TopicDetailView(BrokerView):
             old=old.settings(),
             new=new.settings(),
         )
-        return Response(self._detail(new, self.broker.topic_status(topic)))
+        return Response(self._detail(new, self.broker.admin.topic_status(topic)))
 
     @extend_schema(
         summary="Delete a topic",
@@ -146,7 +146,7 @@ class TopicDetailView(BrokerView):
         responses={204: None, **problems(400, 401, 403, 404, 503)},
     )
     def delete(self, request: Request, topic: str) -> Response:
-        old = self.broker.get_topic(topic)
-        self.broker.delete_topic(topic)
+        old = self.broker.admin.get_topic(topic)
+        self.broker.admin.delete_topic(topic)
         audit.record(request, "topic.delete", "topic", topic, old=old.settings())
         return Response(status=204)

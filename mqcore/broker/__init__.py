@@ -1,10 +1,10 @@
 """Broker semantics over the store: send, pull with long polling, groups and offsets, tags,
 delay, retry and DLQ. Front ends use :class:`Broker` and the types in :mod:`.types`."""
 
-from mqcore.broker.broker import Broker, QueueRef
+from mqcore.broker.admin import BrokerAdmin
+from mqcore.broker.broker import Broker, OffsetAt, QueueRef
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
-from mqcore.broker.management import OffsetAt
 from mqcore.broker.tags import TagFilter, parse_tag_expression
 from mqcore.broker.types import (
     BrokerStatus,
@@ -31,6 +31,7 @@ from mqcore.broker.types import (
 
 __all__ = [
     "Broker",
+    "BrokerAdmin",
     "BrokerConfig",
     "BrokerNotStartedError",
     "BrokerStatus",

@@ -30,14 +30,14 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mqcore.broker import browse as browse_pages
-from mqcore.broker import copies, retry, view
+from mqcore.broker import copies, lag, retry, view
+from mqcore.broker.admin import BrokerAdmin, require_group
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
 from mqcore.broker.long_poll import ArrivalNotifier
-from mqcore.broker.management import BrokerAdmin
 from mqcore.broker.plain_sending import (
     place_plain_batch,
     place_plain_round_robin,
@@ -49,6 +49,7 @@ from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import (
     Placed,
     QueueSelector,
+    check_queue_id,
     place_messages,
     resolve_topic,
     store_placed,
@@ -66,7 +67,7 @@ from mqcore.broker.types import (
     SendResult,
 )
 from mqcore.clock import Clock, SystemClock
-from mqcore.errors import ValidationError
+from mqcore.errors import NotFoundError, ValidationError
 from mqcore.format.msgid import HostAddress, UniqKeyGenerator
 from mqcore.message import Message, MessageExt
 from mqcore.metadata import Metadata
@@ -80,9 +81,13 @@ from mqcore.store.store import MessageStore
 QueueRef = tuple[str, int, int]
 """``(topic, queue_id, offset)``: a queue and the offset a waiter wants data at or beyond."""
 
+OffsetAt = Literal["earliest", "latest"] | int
+"""Where :meth:`Broker.list_offsets` looks: the queue's ends, or a timestamp in ms."""
 
-class Broker(BrokerAdmin):
-    """One broker: topics, groups, send, pull with long polling, offsets, retry, DLQ.
+
+class Broker:
+    """One broker: send, pull with long polling, lookups, consumer offsets, retry and DLQ;
+    its topics and groups through :attr:`admin`.
 
     Args:
         store: an open MessageStore. The broker neither opens nor closes it, unless it was
@@ -99,6 +104,8 @@ class Broker(BrokerAdmin):
 
     Attributes:
         store, reader, metadata, config, clock: as given; the services read them.
+        admin: topics, groups, queue bounds, lag and offset resets
+            (:class:`~mqcore.broker.admin.BrokerAdmin`).
     """
 
     def __init__(
@@ -127,6 +134,7 @@ class Broker(BrokerAdmin):
         self._started = False
         self._started_at_ms = 0
         self._owns_store = False
+        self.admin = BrokerAdmin(store, self.reader, metadata, self.clock, self._broker_name)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -631,6 +639,49 @@ class Broker(BrokerAdmin):
         self._puts.add(count)
         if self.config.dispatch_on_send and count:
             self.store.dispatch_until_caught_up()
+
+    # -- consumer offsets ---------------------------------------------------------------------
+
+    def get_offsets(self, group: str, topic: str | None = None) -> dict[str, dict[int, int]]:
+        """Committed offsets, ``{topic: {queue_id: next offset}}`` (only queues the group
+        committed on). Thread-safe; an unknown group has none."""
+        topics = [topic] if topic is not None else self.metadata.offsets.topics_of_group(group)
+        return {t: self.metadata.offsets.offsets_for(group, t) for t in topics}
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record that ``group`` will next consume ``offset`` on a queue (memory; written to
+        ``consumerOffset.json`` by the offsets_persist step and at stop). Thread-safe.
+
+        Raises:
+            NotFoundError: unknown group (when groups are not auto-created) or topic.
+            ValidationError: ``queue_id`` out of ``range``, negative ``offset``.
+        """
+        require_group(self.metadata, group)
+        config = self.metadata.topics.get(topic)
+        if config is None:
+            raise NotFoundError("topic", "not_found", f"topic {topic!r} does not exist")
+        if queue_id < 0:
+            raise ValidationError("queue_id", "range", f"queue_id: must be >= 0 (got {queue_id})")
+        check_queue_id(config, queue_id)
+        self.metadata.offsets.commit(group, topic, queue_id, offset)
+
+    def list_offsets(self, topic: str, queue_id: int, at: OffsetAt) -> int:
+        """A queue offset: ``"earliest"`` (min), ``"latest"`` (max, where the next message
+        goes), or for a timestamp (ms) the first offset stored at or after it (max if none).
+
+        Raises:
+            NotFoundError: no such topic. ValidationError: bad ``queue_id`` or ``at``.
+        """
+        self.admin.queue_status(topic, queue_id)  # checks topic and queue
+        if at == "earliest":
+            return self.reader.min_offset(topic, queue_id)
+        if at == "latest":
+            return self.reader.max_offset(topic, queue_id)
+        if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+            raise ValidationError(
+                "at", "choice", f"at: must be 'earliest', 'latest' or a timestamp >= 0 (got {at!r})"
+            )
+        return lag.offset_at_time(self.reader, topic, queue_id, at)
 
     # -- status -------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ A group with ``retryQueueNums`` 0 drops failed messages (RocketMQ does the same)
 from __future__ import annotations
 
 from mqcore.broker import copies
+from mqcore.broker.admin import require_group
 from mqcore.broker.errors import NoPermissionError
 from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import Placed, QueueSelector, store_placed, to_schedule
@@ -41,18 +42,11 @@ from mqcore.format.properties import (
     PROPERTY_WAIT,
 )
 from mqcore.message import Message, MessageExt
-from mqcore.metadata import Metadata, SubscriptionGroupConfig, TopicConfig
+from mqcore.metadata import Metadata, TopicConfig
 from mqcore.metadata.topics import dlq_topic_name, is_writeable, retry_topic_name
 from mqcore.store.store import MessageStore
 
 FIRST_RETRY_LEVEL = 3  # "3 + reconsumeTimes": level 3 = 10 s by default
-
-
-def _require_group(metadata: Metadata, group: str) -> SubscriptionGroupConfig:
-    config = metadata.groups.get_or_auto_create(group)
-    if config is None:
-        raise NotFoundError("group", "not_found", f"group {group!r} does not exist")
-    return config
 
 
 def _require_writable(config: TopicConfig, field: str) -> None:
@@ -106,7 +100,7 @@ def send_back(
         NoPermissionError: the retry or DLQ topic is not writable.
         ValidationError: ``max_reconsume_times`` negative.
     """
-    group_config = _require_group(metadata, group)
+    group_config = require_group(metadata, group)
     message = delivered_copy(reader or store, group, msg_id)
     if max_reconsume_times is not None and max_reconsume_times < 0:
         raise ValidationError("max_reconsume_times", "range", "max_reconsume_times: must be >= 0")

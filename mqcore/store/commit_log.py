@@ -489,4 +489,3 @@ class CommitLog:
                 quarantine.refresh()  # another process may have quarantined it
             break
         yield offset
-

@@ -36,8 +36,8 @@ LIMITS = (1 << 20, 20_000, 1_000, 150, 1)
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
-    b.create_topic("t", read_queue_nums=1, write_queue_nums=1)
-    b.create_topic("other", read_queue_nums=1, write_queue_nums=1)
+    b.admin.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+    b.admin.create_topic("other", read_queue_nums=1, write_queue_nums=1)
     try:
         yield b
     finally:
@@ -49,7 +49,7 @@ def _fresh_broker(factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """A broker of its own with topic ``t`` (Hypothesis examples cannot share the fixture's)."""
     b = Broker.open(factory.mktemp("store"), TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))  # fmt: skip
     try:
-        b.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+        b.admin.create_topic("t", read_queue_nums=1, write_queue_nums=1)
         yield b
     finally:
         b.close()

@@ -62,7 +62,7 @@ def test_pull_is_not_woken_by_other_queues(broker: Broker) -> None:
 
 def test_woken_through_the_reput_service(make_broker: BrokerFactory) -> None:
     broker = make_broker(dispatch_on_send=False)
-    broker.create_topic("Orders", read_queue_nums=1)
+    broker.admin.create_topic("Orders", read_queue_nums=1)
     store = broker.store
     loop = ServiceLoop("reput", lambda: reput.step(store), 5.0, wake=store.appended)
     loop.start()
@@ -89,7 +89,7 @@ def test_pull_times_out(broker: Broker) -> None:
 
 def test_wait_is_cut_to_the_maximum(make_broker: BrokerFactory) -> None:
     broker = make_broker(max_pull_wait_ms=50)
-    broker.create_topic("Orders", read_queue_nums=1)
+    broker.admin.create_topic("Orders", read_queue_nums=1)
     started = time.monotonic()
     broker.pull("g", "Orders", 0, 0, wait_ms=60_000)
     assert time.monotonic() - started < 1.0
@@ -105,7 +105,7 @@ def test_stop_releases_waiting_pulls(broker: Broker) -> None:
 
 
 def test_wait_for_any_of_several_queues(broker: Broker) -> None:
-    broker.create_topic("Other", read_queue_nums=1)
+    broker.admin.create_topic("Other", read_queue_nums=1)
     queues = [("Orders", 0, 0), ("Orders", 1, 0), ("Other", 0, 0)]
     box: dict[str, object] = {}
 

@@ -52,8 +52,8 @@ def _comparable(m: MessageExt) -> tuple[object, ...]:
 )  # the last three take the exact properties measurement
 def test_stores_what_send_stores(make_broker: BrokerFactory, keys: str) -> None:
     broker = make_broker()
-    broker.create_topic("Orders", read_queue_nums=4, write_queue_nums=4)
-    broker.create_topic("Other", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.create_topic("Orders", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.create_topic("Other", read_queue_nums=4, write_queue_nums=4)
     bodies = [b"a", b"bb" * 50, bytes(range(256))]
     result = broker.send_plain("Orders", 2, [plain(b, keys) for b in bodies])
     sent = broker.send(
@@ -73,7 +73,7 @@ def test_stores_what_send_stores(make_broker: BrokerFactory, keys: str) -> None:
 
 def test_without_born_timestamp_the_store_time_is_used(make_broker: BrokerFactory) -> None:
     broker = make_broker()
-    broker.create_topic("Orders", read_queue_nums=1)
+    broker.admin.create_topic("Orders", read_queue_nums=1)
     broker.send_plain("Orders", 0, [plain(b"x", ts=None)])
     (stored,) = _stored(broker, "Orders", 0)
     assert stored.born_timestamp == broker.clock.now_ms()
@@ -101,7 +101,7 @@ def test_queue_id_range(broker: Broker) -> None:
 
 
 def test_write_forbidden_topic(broker: Broker) -> None:
-    broker.update_topic("Orders", perm=4)
+    broker.admin.update_topic("Orders", perm=4)
     with pytest.raises(NoPermissionError) as info:
         broker.send_plain("Orders", 0, [plain(b"x")])
     assert info.value.rule == "topic_not_writable"
@@ -116,7 +116,7 @@ def test_no_messages(broker: Broker) -> None:
 def test_body_rules_name_the_batch_position(make_broker: BrokerFactory) -> None:
     store_config = SMALL_BODIES_STORE
     broker = make_broker(store_config=store_config)
-    broker.create_topic("Orders", read_queue_nums=1)
+    broker.admin.create_topic("Orders", read_queue_nums=1)
     with pytest.raises(MessageIllegalError) as info:
         broker.send_plain("Orders", 0, [plain(b"x"), plain(b"x" * 101)])
     assert (info.value.field, info.value.rule) == ("messages[1].body", "max_size")
@@ -137,7 +137,7 @@ def test_keys_too_long_for_the_properties(broker: Broker) -> None:
 
 def test_batch_bytes(make_broker: BrokerFactory) -> None:
     broker = make_broker(max_batch_bytes=10)
-    broker.create_topic("T", read_queue_nums=1)
+    broker.admin.create_topic("T", read_queue_nums=1)
     with pytest.raises(MessageIllegalError) as info:
         broker.send_plain("T", 0, [plain(b"123456", topic="T"), plain(b"123456", topic="T")])
     assert (info.value.field, info.value.rule) == ("messages", "max_batch_bytes")

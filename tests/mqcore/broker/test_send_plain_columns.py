@@ -72,8 +72,8 @@ def twins(tmp_path: Path) -> Iterator[tuple[Broker, Broker]]:
             clock=FakeClock(NOW_MS),
         )
         for topic in ("Orders", "Other", "ReadOnly"):
-            broker.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
-        broker.update_topic("ReadOnly", perm=4)
+            broker.admin.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
+        broker.admin.update_topic("ReadOnly", perm=4)
         brokers.append(broker)
     yield brokers[0], brokers[1]
     for broker in brokers:

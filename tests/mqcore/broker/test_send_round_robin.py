@@ -74,7 +74,7 @@ def _placement(results: list[SendResult]) -> list[tuple[object, ...]]:
 def test_stores_what_send_stores(make_broker: BrokerFactory, queues: int, count: int) -> None:
     broker = make_broker()
     for name in ("Mine", "Theirs"):
-        broker.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
+        broker.admin.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
     keys = ["", "order-1", "ключ-λ a", "k" * 9000]  # the last takes the exact measurement
     batch = [(bytes([65 + i % 26]) * (1 + i), keys[i % len(keys)]) for i in range(count)]
     sent: list[SendResult] = []
@@ -143,9 +143,9 @@ def test_errors_are_sends(
 ) -> None:
     store_config = SMALL_BODIES_STORE
     broker = make_broker(store_config=store_config, max_batch_bytes=150)
-    broker.create_topic("Orders", read_queue_nums=8, write_queue_nums=8)
-    broker.create_topic("ReadOnly", read_queue_nums=4, write_queue_nums=4)
-    broker.update_topic("ReadOnly", perm=4)
+    broker.admin.create_topic("Orders", read_queue_nums=8, write_queue_nums=8)
+    broker.admin.create_topic("ReadOnly", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.update_topic("ReadOnly", perm=4)
 
     def next_queue() -> int:
         return _send(broker, "Orders", [(b"y", "")])[0].queue_id
@@ -163,7 +163,7 @@ def test_errors_are_sends(
 
 def test_refused_when_not_started_or_not_writable(make_broker: BrokerFactory) -> None:
     broker = make_broker(broker_perm=4)
-    broker.create_topic("Orders", read_queue_nums=4)
+    broker.admin.create_topic("Orders", read_queue_nums=4)
     assert _error(_round_robin, broker, "Orders", [(b"x", "")]) == _error(
         _send, broker, "Orders", [(b"x", "")]
     )
