@@ -9,7 +9,7 @@ another request; it costs one parked thread per waiting request, for at most
 
 A send validates its body with :mod:`api.send_input` first (the serializer only for bodies
 that are not plainly valid, so errors are the serializer's; the usual batch, text bodies and
-keys only, goes to ``Broker.send_plain_round_robin`` as store messages) and writes its audit
+keys only, goes to ``Broker.send`` as plain store messages) and writes its audit
 row with one INSERT (:func:`api.audit.record_quickly`); its response is written by
 :mod:`api.send_output` (the bytes DRF's renderer would write, without a dict per message).
 """
@@ -115,10 +115,7 @@ class TopicMessagesView(BrokerView):
             ]
         if len(plain or outgoing) == 1:  # mqcore names a lone message's fields without the index
             self.mq_field_aliases = {name: f"messages[0].{name}" for name in _MESSAGE_FIELDS}
-        if plain is not None:
-            results = self.broker.send_plain_round_robin(topic, plain)
-        else:
-            results = self.broker.send(topic, outgoing, born_host=host)
+        results = self.broker.send(topic, outgoing if plain is None else plain, born_host=host)
         audit.record_quickly(
             request,
             "message.send",

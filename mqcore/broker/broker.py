@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from mqcore.broker import browse as browse_pages
 from mqcore.broker import copies, lag, retry, view
@@ -38,12 +38,8 @@ from mqcore.broker.admin import BrokerAdmin, require_group
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
 from mqcore.broker.long_poll import ArrivalNotifier
-from mqcore.broker.plain_sending import (
-    place_plain_batch,
-    place_plain_round_robin,
-    store_plain_batch,
-    store_plain_round_robin,
-)
+from mqcore.broker.placement import BY_MESSAGE, Placement
+from mqcore.broker.plain_sending import PlainBatch, is_plain_batch, place_plain, store_plain
 from mqcore.broker.pulling import _map_status, check_pull, check_pull_args, scan
 from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import (
@@ -69,11 +65,10 @@ from mqcore.broker.types import (
 from mqcore.clock import Clock, SystemClock
 from mqcore.errors import NotFoundError, ValidationError
 from mqcore.format.msgid import HostAddress, UniqKeyGenerator
-from mqcore.message import Message, MessageExt
+from mqcore.message import MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
-from mqcore.store.put.plain_batch import PlainColumns
 from mqcore.store.read.record_views import RecordsResult
 from mqcore.store.results import GetStatus
 from mqcore.store.store import MessageStore
@@ -261,20 +256,32 @@ class Broker:
     def send(
         self,
         topic: str,
-        messages: Sequence[OutgoingMessage],
+        messages: Sequence[OutgoingMessage] | PlainBatch,
+        placement: Placement = BY_MESSAGE,
         *,
         born_host: HostAddress | None = None,
-    ) -> list[SendResult]:
-        """Store messages for ``topic`` (one, or a batch), in order.
+    ) -> Sequence[SendResult]:
+        """Store a batch of messages for ``topic`` (one, or many), in order: the one way
+        every front end sends.
 
-        Each message's queue is its ``queue_id``, else the hash of its ``sharding_key``,
-        else round robin. A message with a delay level appears in its topic once due (the
-        delay_delivery service). The messages for one queue are appended as one batch (one
-        put per queue, in the order given, consecutive offsets); nothing is stored unless
-        every message is valid.
+        Where each message goes is ``placement`` (:mod:`mqcore.broker.placement`): the
+        whole batch in one queue (:class:`ToQueue`, a Kafka partition), or each message's
+        ``queue_id``, else the hash of its ``sharding_key``, else round robin
+        (:data:`BY_MESSAGE`). A message with a delay level appears in its topic once due
+        (the delay_delivery service). The messages for one queue are appended as one batch
+        (one put per queue, in the order given, consecutive offsets); nothing is stored
+        unless every message is valid.
+
+        ``messages`` are ``OutgoingMessage`` (the reference path,
+        :mod:`mqcore.broker.sending`), or plain store messages a front end decoded its input
+        into, as a list or as ``PlainColumns`` (the fast path,
+        :mod:`mqcore.broker.plain_sending`, chosen by
+        :func:`~mqcore.broker.plain_sending.is_plain_batch`): same rules, errors, queues and
+        offsets.
 
         Args:
-            born_host: the producer's address (None: 127.0.0.1:0).
+            born_host: the producer's address for ``OutgoingMessage`` (None: 127.0.0.1:0);
+                store messages carry their own.
 
         Returns:
             One SendResult per message, in order.
@@ -286,11 +293,27 @@ class Broker:
             ValidationError / MessageIllegalError: a rule of spec 11 (see
                 :mod:`mqcore.broker.sending`), with ``field`` and ``rule``.
             StoreNotWritableError: the store refuses writes (disk full, read-only).
+            ValueError: a batch of store messages holds one that is not plain.
         """
         config = self._sendable_topic(topic)
+        if is_plain_batch(messages):
+            plain = cast(PlainBatch, messages)
+            groups = place_plain(
+                config,
+                plain,
+                placement,
+                selector=self._selector,
+                uniq=self._uniq,
+                max_message_size=self.store.config.max_message_size,
+                max_batch_bytes=self.config.max_batch_bytes,
+            )
+            results = store_plain(self.store, plain, groups, self._broker_name)
+            self._after_puts(len(results))
+            return results
         placed = place_messages(
             config,
-            messages,
+            cast(Sequence[OutgoingMessage], messages),
+            placement,
             selector=self._selector,
             uniq=self._uniq,
             born_host=born_host,
@@ -311,73 +334,17 @@ class Broker:
             default_queue_nums=self.config.default_topic_queue_nums,
         )
 
-    def send_plain(
-        self, topic: str, queue_id: int, messages: Sequence[Message] | PlainColumns
-    ) -> SendResult:
-        """Store a batch of plain messages (no properties, no delay level; ``topic`` and
-        ``born_host`` set) in queue ``queue_id`` with one put: :meth:`send`'s checks and
-        errors, without its per-message conversions (the Kafka listener's produce path).
-        ``messages`` may be columns: the same checks, errors, stats and results as for
-        ``messages.to_messages()``, without a message per record.
-
-        Returns:
-            The first message's SendResult; the others took the next queue offsets.
-
-        Raises:
-            As :meth:`send`; ValueError for a message that is not plain.
-        """
-        config = self._sendable_topic(topic)
-        place_plain_batch(
-            config,
-            queue_id,
-            messages,
-            uniq=self._uniq,
-            max_message_size=self.store.config.max_message_size,
-            max_batch_bytes=self.config.max_batch_bytes,
-        )
-        result = store_plain_batch(self.store, messages, queue_id, self._broker_name)
-        self._puts.add(len(messages))
-        if self.config.dispatch_on_send:
-            self.store.dispatch_until_caught_up()
-        return result
-
-    def send_plain_round_robin(self, topic: str, messages: Sequence[Message]) -> list[SendResult]:
-        """Store plain messages (as :meth:`send_plain`) spread round robin over the topic's
-        queues: what :meth:`send` does with the same messages as ``OutgoingMessage`` without
-        ``queue_id`` and ``sharding_key`` (same checks and errors, queues, offsets and
-        CommitLog order), without its per-message conversions (the REST API's usual batch).
-
-        Returns:
-            One SendResult per message, in order.
-
-        Raises:
-            As :meth:`send`; ValueError for a message that is not plain.
-        """
-        config = self._sendable_topic(topic)
-        first = place_plain_round_robin(
-            config,
-            messages,
-            selector=self._selector,
-            uniq=self._uniq,
-            max_message_size=self.store.config.max_message_size,
-            max_batch_bytes=self.config.max_batch_bytes,
-        )
-        results = store_plain_round_robin(
-            self.store, messages, first, config.write_queue_nums, self._broker_name
-        )
-        self._puts.add(len(results))
-        if self.config.dispatch_on_send:
-            self.store.dispatch_until_caught_up()
-        return results
-
-    def deliver_internal(self, placed: Sequence[Placed]) -> list[SendResult]:
-        """Store already-validated messages (the broker's own services: delay delivery,
-        retry). Front ends use :meth:`send`."""
+    def deliver_internal(self, placed: Sequence[Placed]) -> Sequence[SendResult]:
+        """Store messages the broker's own services placed and validated (delay delivery,
+        retry, DLQ), each where its ``Placed`` says. Front ends use :meth:`send`."""
         results = store_placed(self.store, placed, self._broker_name)
-        self._puts.add(len(results))
-        if self.config.dispatch_on_send:
-            self.store.dispatch_until_caught_up()
+        self._after_puts(len(results))
         return results
+
+    def _after_puts(self, count: int) -> None:
+        self._puts.add(count)
+        if self.config.dispatch_on_send and count:
+            self.store.dispatch_until_caught_up()
 
     # -- messages: pull -----------------------------------------------------------------------
 
@@ -599,20 +566,17 @@ class Broker:
             NotFoundError: unknown group or message.
         """
         self._check_accepting()
-        result = retry.send_back(
-            self.store,
+        return retry.send_back(
+            self.reader,
+            self.deliver_internal,
             self.metadata,
             self._selector,
-            self._broker_name,
             group,
             msg_id,
             delay_level,
             max_reconsume_times=max_reconsume_times,
             max_delay_level=self.max_delay_level,
-            reader=self.reader,
         )
-        self._after_internal_put(1 if result.send is not None else 0)
-        return result
 
     def resend_from_dlq(self, group: str, msg_id: str) -> SendResult:
         """Store a message of ``%DLQ%<group>`` again in its original topic (same msgId,
@@ -623,22 +587,9 @@ class Broker:
             NotFoundError: no DLQ, message not in it, or original topic gone.
         """
         self._check_accepting()
-        result = retry.resend_from_dlq(
-            self.store,
-            self.metadata,
-            self._selector,
-            self._broker_name,
-            group,
-            msg_id,
-            reader=self.reader,
+        return retry.resend_from_dlq(
+            self.reader, self.deliver_internal, self.metadata, self._selector, group, msg_id
         )
-        self._after_internal_put(1)
-        return result
-
-    def _after_internal_put(self, count: int) -> None:
-        self._puts.add(count)
-        if self.config.dispatch_on_send and count:
-            self.store.dispatch_until_caught_up()
 
     # -- consumer offsets ---------------------------------------------------------------------
 
