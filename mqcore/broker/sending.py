@@ -354,20 +354,45 @@ class ColumnSendResults(Sequence[SendResult]):
         )
 
     def __iter__(self) -> Iterator[SendResult]:
+        return iter(self.as_list())
+
+    def as_list(self) -> list[SendResult]:
+        """Every SendResult, in order (every offsetMsgId made in one pass)."""
         puts = self._puts
-        result = self._result
+        status = self._status
+        topic = puts.topic
+        queue_id = puts.queue_id
+        store_timestamp = puts.store_timestamp
+        broker_name = self._broker_name
+        new_result = SendResultBuilder
+        results: list[Any] = []
+        append = results.append
+        r: Any
+        # _result's SendResult, inline: this loop runs for every message of a batch.
         for msg_id, offset_msg_id, queue_offset in zip(
             puts.msg_ids, puts.offset_msg_ids, puts.queue_offsets, strict=True
         ):
-            yield result(msg_id, offset_msg_id, queue_offset)
+            r = new_result()
+            r.status = status
+            r.msg_id = msg_id
+            r.offset_msg_id = offset_msg_id
+            r.topic = topic
+            r.queue_id = queue_id
+            r.queue_offset = queue_offset
+            r.broker_name = broker_name
+            r.store_timestamp = store_timestamp
+            r.delayed = False
+            r.__class__ = SendResult
+            append(r)
+        return results
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
+        return isinstance(other, Sequence) and self.as_list() == list(other)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"ColumnSendResults({list(self)!r})"
+        return f"ColumnSendResults({self.as_list()!r})"
 
     def _result(self, msg_id: str, offset_msg_id: str, queue_offset: int) -> SendResult:
         puts = self._puts
