@@ -2,7 +2,7 @@
 
 The runtime (``cairn.runtime.BrokerRuntime.access``) hands it to the Kafka listener; the
 console and the live trace take their authorizer from it (``webui.access``), REST through
-:mod:`api.roles`. Every method but :meth:`DjangoAccess.authorizer` queries the database and
+:mod:`api.permissions`. Every method but :meth:`DjangoAccess.authorizer` queries the database and
 must run off the event loop.
 """
 
@@ -14,12 +14,12 @@ from django.contrib.auth import get_user_model
 from django.db.models import F
 from django.utils import timezone
 
-from accounts import acls, logins, scram_keys, service
-from api import audit
-from api.roles import role_of
+from accounts import acls, audit, logins, scram_keys, service
+from accounts.roles import role_of
 from mqcore.access.authorizer import Authorizer, Subject
-from mqcore.access.backend import LoginRefused, ScramUser
+from mqcore.access.backend import LoginRefused
 from mqcore.access.model import AclEntry, AclFilter
+from mqcore.access.scram import ScramUser
 
 
 class DjangoAccess:

@@ -28,10 +28,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts import audit
 from accounts.models import Account, AddressFailures
+from accounts.roles import role_of
 from accounts.scram_keys import account_of
-from api import audit
-from api.roles import role_of
 from mqcore.access.authorizer import Subject
 from mqcore.access.backend import LoginRefused
 

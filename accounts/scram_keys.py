@@ -16,8 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from accounts.models import Account, ApiToken, ScramKey
-from mqcore.access.backend import ScramSecret, ScramUser
-from mqcore.access.scram import MECHANISMS, SALT_BYTES, derive_secret
+from mqcore.access.scram import MECHANISMS, SALT_BYTES, ScramSecret, ScramUser, derive_secret
 
 
 def account_of(user: Any) -> Account:

@@ -20,11 +20,10 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from accounts import acls, logins, scram_keys, tokens
+from accounts import acls, audit, logins, scram_keys, tokens
 from accounts.models import ApiToken
-from api import audit
-from api.roles import ROLES, role_of
-from api.roles import set_role as put_in_role_group
+from accounts.roles import ROLES, role_of
+from accounts.roles import set_role as put_in_role_group
 from mqcore.access.authorizer import Subject
 from mqcore.access.model import AclEntry, AclFilter
 from mqcore.errors import ConflictError, NotFoundError, ValidationError

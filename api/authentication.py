@@ -33,12 +33,11 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 
 from accounts.models import ApiToken
+from accounts.roles import RANK, ROLES
 from accounts.tokens import MAX_TOKEN_LENGTH, digest
-from api.roles import ROLES
 
 #: How long a loaded user object is reused (its access is checked on every request).
 USER_TTL_S = 60.0
-_RANK = {role: rank for rank, role in enumerate(ROLES, start=1)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +66,7 @@ class QuickTokenAuthentication(TokenAuthentication):
         user = _users.get(user_id, active, superuser)
         if user is None:  # deleted since the query
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
-        user._cairn_role = role  # what role_of() would query (api.roles)
+        user._cairn_role = role  # what role_of() would query (accounts.roles)
         return user, TokenUse(token_id, user.pk)
 
 
@@ -86,7 +85,7 @@ def token_access(text: str) -> tuple[int, Any, bool, bool, str | None, bool] | N
         if stale and not expired:
             cursor.execute(_touch_sql(alias), [now, token_id])
     names = [name for *_, name in rows if name is not None]
-    role = max(names, key=_RANK.__getitem__) if names else None
+    role = max(names, key=RANK.__getitem__) if names else None
     return token_id, user_id, bool(active), bool(superuser), role, bool(expired)
 
 

@@ -52,28 +52,11 @@ from rest_framework.views import set_rollback
 
 from mqcore import errors as mq
 from mqcore.store.files.space import is_disk_full
+from shared.serializers.errors import flatten_errors
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 _TYPE_PREFIX = "urn:cairn:problem:"
 _TOO_LARGE_RULES = frozenset({"max_size", "max_batch_bytes", "too_large"})
-
-# DRF's error codes, renamed to the rules mqcore uses for the same thing.
-_DRF_RULES = {
-    "invalid": "type",
-    "not_a_list": "type",
-    "not_a_dict": "type",
-    "min_value": "range",
-    "max_value": "range",
-    "max_string_length": "range",
-    "max_digits": "range",
-    "invalid_choice": "choice",
-    "min_length": "min_length",
-    "empty": "empty",
-    "null": "null",
-    "date": "type",
-    "make_aware": "type",
-    "overflow": "range",
-}
 
 
 class RequestTooLarge(drf.APIException):
@@ -224,30 +207,3 @@ def _from_drf(exc: drf.APIException) -> Response:
     field = "body" if isinstance(exc, drf.ParseError | RequestTooLarge) else ""
     errors = [{"field": field, "rule": rule, "detail": detail}]
     return problem(exc.status_code, kind, title, detail, errors, headers)
-
-
-def flatten_errors(detail: Any, path: str = "") -> list[dict[str, str]]:
-    """DRF's nested error detail as ``[{"field": "messages[0].body", "rule", "detail"}]``."""
-    if isinstance(detail, dict):
-        out: list[dict[str, str]] = []
-        for key, value in detail.items():
-            if key in ("non_field_errors", "detail"):
-                child = path
-            elif isinstance(key, int):  # ListField / DictField children
-                child = f"{path}[{key}]"
-            elif path:
-                child = f"{path}.{key}"
-            else:
-                child = str(key)
-            out += flatten_errors(value, child)
-        return out
-    if isinstance(detail, list):
-        if all(isinstance(item, str) for item in detail):
-            return [e for item in detail for e in flatten_errors(item, path)]
-        out = []
-        for index, value in enumerate(detail):
-            if value:  # a list serializer reports {} for the items that were fine
-                out += flatten_errors(value, f"{path}[{index}]")
-        return out
-    code = str(getattr(detail, "code", "invalid") or "invalid")
-    return [{"field": path, "rule": _DRF_RULES.get(code, code), "detail": str(detail)}]

@@ -14,7 +14,7 @@ The loop is the per-message cost of a batch send above the store, so the usual m
 (``{"body": "..."}``, maybe with ``"keys"``) takes a short way through it, and the keys of
 the whole batch are checked together, by a few scans of their joined text, after it. Keys
 are handed on as one space-separated string (``OutgoingMessage.keys`` allows it, and the
-serializer's :func:`~api.serializers.messages.message_from` does the same): the ``KEYS``
+serializer's :func:`~shared.serializers.messages.message_from` does the same): the ``KEYS``
 property the store writes, which the broker then needs neither to join nor to measure.
 
 The usual batch itself (every message a text body, maybe with keys) does not even need
@@ -30,10 +30,10 @@ import binascii
 import json
 from typing import Any
 
-from api.serializers.common import INT32_MAX
 from mqcore.broker.types import OutgoingMessage
 from mqcore.format.msgid import HostAddress
 from mqcore.message import Message, plain_message
+from shared.serializers.common import INT32_MAX
 
 #: The fields of ``MessageInSerializer``; any other key makes the body "not plain".
 FIELDS = frozenset(

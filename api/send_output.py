@@ -5,7 +5,7 @@ running the generic encoder over them: for a 1000-message batch about a tenth of
 request's time. :func:`send_response_json` writes the same bytes from the SendResults with
 one format string per message; the parts repeated across a batch (topic and broker name,
 status and delayed flag) are encoded only when they change. The output is byte for byte
-what ``JSONRenderer`` produces for the dicts of :func:`api.serializers.messages.send_result`
+what ``JSONRenderer`` produces for the dicts of :func:`shared.serializers.messages.send_result`
 (``tests/api/test_send_output.py`` compares the two).
 """
 

@@ -70,8 +70,8 @@ def listener_options(name: str, tls_dir: str | None) -> tuple[dict[str, Any], di
     """``--serve`` side: (ListenerConfig fields, KafkaListener keyword arguments)."""
     if name == "plaintext":
         return {}, {}
-    from mqcore.access.backend import ScramUser, StaticAccess
-    from mqcore.access.scram import MIN_ITERATIONS, derive_user
+    from mqcore.access.backend import StaticAccess
+    from mqcore.access.scram import MIN_ITERATIONS, ScramUser, derive_user
 
     derived = {m: derive_user(m, [PASSWORD], iterations=MIN_ITERATIONS)
                for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")}  # fmt: skip

@@ -15,7 +15,7 @@ at most one. What a request leaves behind is mostly freed by reference counting
 (``api.views.base`` breaks the view's reference cycles), so the rarer collections find
 little garbage and promote few survivors.
 
-Plain Python (no Django import): ``cairn.asgi`` applies it in ``runbroker``, and
+Plain Python (no Django import): ``server.asgi`` applies it in ``runbroker``, and
 ``bench/kafka.py`` in its stand-alone broker process, so the benchmark measures the
 broker's own settings.
 """

@@ -11,12 +11,12 @@ fault ~2,000 pages in again per burst). Every page given back costs a page fault
 zeroing when written again. With the thresholds fixed at 32 MiB (glibc's largest mmap
 threshold on 64-bit) and 256 MiB, those buffers come from memory the process already has.
 
-Measured with ``bench/kafka.py --only cairn`` (200,000 x 100 B, same machine, alternating):
-produce 406-422k -> 479-548k msg/s, 2.8 -> 1.9-2.2 us of broker CPU a message; in-process
-Fetch from the store, keyless 100-byte records, 0.87 -> 0.52 us a record. The cost is
-memory: freed buffers up to the trim threshold per malloc arena stay with the process.
+Why it matters (``bench/kafka.py --only cairn`` shows it): with glibc's moving thresholds a
+produced or fetched 100-byte record costs the broker about 1.5 times the CPU, all of it page
+faults and zeroing. The cost is memory: freed buffers up to the trim threshold per malloc
+arena stay with the process.
 
-Applied by ``cairn.asgi`` (``runbroker``) and ``bench/kafka.py``'s broker process, like
+Applied by ``server.asgi`` (``runbroker``) and ``bench/kafka.py``'s broker process, like
 ``cairn.gc_policy``. Anywhere without glibc's ``mallopt`` it does nothing.
 """
 

@@ -280,7 +280,7 @@ class BrokerRuntime:
             Exception: the database refused it (the caller logs it; the deletion was logged
                 at WARNING already, with the same facts).
         """
-        from api import audit
+        from accounts import audit
 
         audit.record(
             None,

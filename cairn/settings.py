@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "cairn",
+    "server",
     "api",
     "accounts",
     "webui",
@@ -48,8 +49,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "cairn.urls"
-ASGI_APPLICATION = "cairn.asgi.application"
+ROOT_URLCONF = "server.urls"
+ASGI_APPLICATION = "server.asgi.application"
 
 TEMPLATES = [
     {
@@ -159,6 +160,11 @@ CAIRN_API = {
     "MAX_BATCH_MESSAGES": 1_000,
     "MAX_PAGE_MESSAGES": 1_000,
 }
+
+# Console form posts take what REST takes: a message body up to maxMessageSize (4 MiB),
+# which a form's percent-encoding inflates up to three times. Django's default (2.5 MiB)
+# ended a console send of a 2.5 MiB body on a bare "Bad Request (400)" page.
+DATA_UPLOAD_MAX_MEMORY_SIZE = CAIRN_API["MAX_REQUEST_BYTES"]
 
 # The broker runtime (store, services, Kafka listener) reads these.
 CAIRN = {

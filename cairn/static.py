@@ -1,5 +1,5 @@
 """Static files (the console's CSS, JavaScript and icons), served by the broker under
-``STATIC_URL`` in front of Django.
+``STATIC_URL`` in front of Django, and ``/favicon.ico`` (:data:`ALIASES`).
 
 Only files that the static finders list when the broker starts are served. The URL path after
 ``/static/`` is looked up in that index, never joined to a directory, so no path can reach a
@@ -28,6 +28,10 @@ from django.contrib.staticfiles import finders
 from django.utils.http import http_date, parse_http_date_safe
 
 _METHODS = ("GET", "HEAD")
+#: Paths outside ``STATIC_URL`` that browsers ask for by convention, and the indexed file
+#: that answers them: every tab, JSON page and API document asks for ``/favicon.ico``, which
+#: was a logged 404 each time.
+ALIASES = {"/favicon.ico": "webui/favicon.ico"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +68,19 @@ class StaticFiles:
         self.index = static_index() if index is None else index
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+        path = scope["path"] if scope["type"] == "http" else ""
+        if path in ALIASES:
+            name = ALIASES[path]
+        elif path.startswith(self.prefix):
+            name = path[len(self.prefix) :]
+        else:
             await self.app(scope, receive, send)
             return
         method = scope["method"]
         if method not in _METHODS:
             await _respond(send, 405, b"Method Not Allowed", [(b"allow", b"GET, HEAD")])
             return
-        found = self.index.get(scope["path"][len(self.prefix) :])
+        found = self.index.get(name)
         if found is None:
             await _respond(send, 404, b"Not Found")
             return

@@ -19,7 +19,8 @@ import logging
 from collections.abc import Callable
 
 from mqcore.access.authorizer import Subject
-from mqcore.access.backend import AccessBackend, LoginRefused, ScramUser
+from mqcore.access.backend import AccessBackend, LoginRefused
+from mqcore.access.scram import ScramUser
 
 from .sasl import CheckPassword, FinishScram, LookUpScram, Reply, SaslSession
 

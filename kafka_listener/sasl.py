@@ -46,12 +46,13 @@ import enum
 from dataclasses import dataclass
 
 from mqcore.access.authorizer import Subject
-from mqcore.access.backend import LoginRefused, ScramUser
+from mqcore.access.backend import LoginRefused
 from mqcore.access.scram import (
     DEFAULT_ITERATIONS,
     ClientFirst,
     ScramError,
     ScramExchange,
+    ScramUser,
     parse_first,
 )
 from mqcore.access.scram import MECHANISMS as SCRAM_MECHANISMS

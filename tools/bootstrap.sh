@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
-# Create or update the project's virtual environment (.venv) with everything the broker and
-# the test suite need. Safe to run every time: it reinstalls only when pyproject.toml changed.
+# Create or update the project's virtual environment (.venv). Safe to run every time: it
+# reinstalls only when pyproject.toml (or this script) changed.
+#
+#   tools/bootstrap.sh runtime   what the broker needs (`make run`): Django, Channels, numpy ...
+#   tools/bootstrap.sh [dev]     that plus the test suite's, the benchmarks' and Spark's
+#                                packages (`make test`): Kafka clients, PySpark, Playwright ...
+#
+# A dev environment also serves `make run`; a runtime one is topped up by `make test`.
 #
 # Django 6 needs Python >= 3.12. Cairn is built and tested on 3.12, so that comes first: the
 # interpreter is, in order, $CAIRN_PYTHON, python3.12 on PATH, the newest pyenv 3.12.x under
 # ~/.pyenv/versions, then any newer one (python3.13, pyenv 3.13+, python3 if >= 3.12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+profile=${1:-dev}
+case "$profile" in
+    runtime) spec='.' ;;
+    dev) spec='.[dev]' ;;
+    *)
+        echo "bootstrap: unknown profile '$profile' (runtime or dev)" >&2
+        exit 2
+        ;;
+esac
 
 find_python() {
     local candidates=()
@@ -43,10 +59,10 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(0 if
 fi
 
 want=$(cat pyproject.toml tools/bootstrap.sh | sha256sum | cut -d' ' -f1)
-have=$(cat .venv/.cairn-installed 2>/dev/null || true)
-if [ "$want" != "$have" ]; then
-    echo "bootstrap: installing Cairn and its dependencies into .venv"
+read -r have_hash have_profile 2>/dev/null < .venv/.cairn-installed || true
+if [ "$want" != "${have_hash:-}" ] || { [ "$profile" = dev ] && [ "${have_profile:-}" != dev ]; }; then
+    echo "bootstrap: installing Cairn ($profile) and its dependencies into .venv"
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e '.[dev]'
-    echo "$want" > .venv/.cairn-installed
+    .venv/bin/python -m pip install --quiet -e "$spec"
+    echo "$want $profile" > .venv/.cairn-installed
 fi

@@ -3,5 +3,5 @@
 # layer, services in-process. No Redis or database server needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/bootstrap.sh
+tools/bootstrap.sh runtime
 exec .venv/bin/python manage.py runbroker "$@"

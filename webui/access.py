@@ -43,7 +43,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from api.roles import OPERATOR, VIEWER, has_role, role_of
+from accounts.roles import OPERATOR, VIEWER, has_role, role_of
 from cairn import runtime
 from mqcore.access.authorizer import (
     ROLE_DEFAULTS,

@@ -45,7 +45,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 
-from api.roles import role_of
+from accounts.roles import role_of
 from cairn import runtime
 from mqcore.access.authorizer import CachedDecisions, Decision, Subject
 from mqcore.access.model import WILDCARD, Operation, Resource

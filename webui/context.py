@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 
 import mqcore
-from api.roles import ADMIN, OPERATOR, has_role, role_of
+from accounts.roles import ADMIN, OPERATOR, has_role, role_of
 from cairn import runtime
 from mqcore.access.model import Operation, Resource
 

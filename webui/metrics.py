@@ -5,7 +5,7 @@ daemon thread samples those totals every :data:`INTERVAL_S` seconds and keeps th
 the rate of an interval is its difference over its length. A restarted or replaced broker
 resets its totals: the sample after that starts a new series instead of a negative rate.
 
-``cairn.asgi`` starts the sampler when the server loads the application; the overview view
+``server.asgi`` starts the sampler when the server loads the application; the overview view
 starts it too (idempotent), so it also runs under ``runserver`` and in tests.
 """
 

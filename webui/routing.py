@@ -1,6 +1,6 @@
 """WebSocket routes (Channels). The live trace joins at ``/ws/trace/``.
 
-:func:`websocket_application` is what ``cairn.asgi`` serves for the ``websocket`` protocol:
+:func:`websocket_application` is what ``server.asgi`` serves for the ``websocket`` protocol:
 the routes wrapped in the origin check (:mod:`webui.origin`) and the session/token
 authentication of :mod:`webui.auth`.
 """

@@ -34,6 +34,7 @@ from mqcore.message import MessageExt
 from mqcore.store.results import GetStatus
 from mqcore.validation import validate_topic
 from webui.format import body_preview
+from webui.names import store_name
 from webui.trace import traceable_topics
 
 MODES = ("id", "key", "time", "queue")
@@ -136,7 +137,7 @@ def parse_query(
         return None, {}
     errors = QueryErrors()
     limit = _int(params, "limit", errors, 1, MAX_LIMIT, DEFAULT_LIMIT)
-    topic = (params.get("topic") or "").strip()
+    topic = store_name((params.get("topic") or "").strip())
     tag = (params.get("tag") or "").strip()
     if topic:
         try:
@@ -267,10 +268,12 @@ def _by_id(broker: Broker, query: SearchQuery, may_read: TopicCheck) -> Iterator
     message = broker.get_message(query.msg_id)
     if message is not None and not may_read(message.topic):
         message = None
-    if message is not None:
-        yield {"type": "message", "message": row(message)}
-    yield _progress(1, 1, int(message is not None), "")
-    yield _done(query, int(message is not None), "exhausted")
+    if message is None:  # an id names one message: not finding it is the answer, not a range
+        yield {"type": "error", "detail": f"no message with id {query.msg_id}", "field": "msg_id"}
+        return
+    yield {"type": "message", "message": row(message)}
+    yield _progress(1, 1, 1, "")
+    yield _done(query, 1, "exhausted")
 
 
 def _by_key(broker: Broker, query: SearchQuery, may_read: TopicCheck) -> Iterator[dict[str, Any]]:
@@ -344,6 +347,16 @@ def _resume_cursor(
 
 
 def _by_queue(broker: Broker, query: SearchQuery, may_read: TopicCheck) -> Iterator[dict[str, Any]]:
+    queue_ids = [q.queue_id for q in broker.admin.topic_status(query.topic).queues]
+    if query.queue_id not in queue_ids:  # else "complete", as if the queue were only empty
+        count = len(queue_ids)
+        yield {
+            "type": "error",
+            "detail": f"queue {query.queue_id} does not exist; topic {query.topic} has "
+            f"{count} queue{'' if count == 1 else 's'}",
+            "field": "queue_id",
+        }
+        return
     store = broker.store
     low = store.min_offset(query.topic, query.queue_id)
     high = store.max_offset(query.topic, query.queue_id)

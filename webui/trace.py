@@ -18,6 +18,7 @@ from mqcore.errors import ValidationError as MQValidationError
 from mqcore.message import MessageExt
 from mqcore.validation import validate_topic
 from webui.format import body_preview
+from webui.names import store_name
 
 #: Most stored matches a subscription backfills (the frame's ``limit``; default below).
 MAX_LIMIT = 1000
@@ -139,6 +140,7 @@ def parse_request(text: str | None) -> TraceRequest:
     if topic is not None:
         if not isinstance(topic, str):
             raise TraceRequestError("topic", "type", "topic: must be a string or null")
+        topic = store_name(topic)  # Kafka's spelling, as everywhere in the console
         try:
             validate_topic(topic)
         except MQValidationError as exc:

@@ -1,7 +1,8 @@
 """Console routes. Names live in the ``webui`` namespace (``{% url 'webui:topic' name %}``)."""
 
-from django.urls import path
+from django.urls import path, register_converter
 
+from webui.names import NameConverter
 from webui.views import (
     accounts,
     acls,
@@ -16,6 +17,8 @@ from webui.views import (
     users,
 )
 
+register_converter(NameConverter, "name")
+
 app_name = "webui"
 
 urlpatterns = [
@@ -25,17 +28,17 @@ urlpatterns = [
     path("logout/", accounts.LogoutView.as_view(), name="logout"),
     path("topics/", topics.topic_list, name="topics"),
     path("topics/new/", topics.topic_create, name="topic-new"),
-    path("topics/<str:name>/", topics.topic_detail, name="topic"),
-    path("topics/<str:name>/edit/", topics.topic_edit, name="topic-edit"),
-    path("topics/<str:name>/delete/", topics.topic_delete, name="topic-delete"),
-    path("topics/<str:name>/send/", topics.topic_send, name="topic-send"),
+    path("topics/<name:name>/", topics.topic_detail, name="topic"),
+    path("topics/<name:name>/edit/", topics.topic_edit, name="topic-edit"),
+    path("topics/<name:name>/delete/", topics.topic_delete, name="topic-delete"),
+    path("topics/<name:name>/send/", topics.topic_send, name="topic-send"),
     path("groups/", groups.group_list, name="groups"),
     path("groups/new/", groups.group_create, name="group-new"),
-    path("groups/<str:name>/", groups.group_detail, name="group"),
-    path("groups/<str:name>/edit/", groups.group_edit, name="group-edit"),
-    path("groups/<str:name>/delete/", groups.group_delete, name="group-delete"),
-    path("groups/<str:name>/reset/", groups.group_reset, name="group-reset"),
-    path("groups/<str:name>/dlq/", groups.group_dlq, name="group-dlq"),
+    path("groups/<name:name>/", groups.group_detail, name="group"),
+    path("groups/<name:name>/edit/", groups.group_edit, name="group-edit"),
+    path("groups/<name:name>/delete/", groups.group_delete, name="group-delete"),
+    path("groups/<name:name>/reset/", groups.group_reset, name="group-reset"),
+    path("groups/<name:name>/dlq/", groups.group_dlq, name="group-dlq"),
     path("messages/", messages.message_search, name="messages"),
     path("messages/stream/", messages.message_stream, name="message-stream"),
     path("messages/<str:msg_id>/", messages.message_detail, name="message"),

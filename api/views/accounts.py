@@ -16,8 +16,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts import service
-from api.roles import ADMIN, has_role, subject_of
-from api.serializers.accounts import (
+from accounts.roles import ADMIN, has_role, subject_of
+from api.views.base import BrokerView, paginate
+from api.views.schema import path_param, problems, responses
+from mqcore.access.model import AclFilter
+from mqcore.errors import NotFoundError
+from mqcore.errors import ValidationError as MQValidationError
+from shared.serializers.accounts import (
     AclCreatedSerializer,
     AclCreateSerializer,
     AclDeletedSerializer,
@@ -33,11 +38,6 @@ from api.serializers.accounts import (
     acl_dict,
     token_dict,
 )
-from api.views.base import BrokerView, paginate
-from api.views.schema import path_param, problems, responses
-from mqcore.access.model import AclFilter
-from mqcore.errors import NotFoundError
-from mqcore.errors import ValidationError as MQValidationError
 
 USERNAME = path_param("username", "the user's login name")
 TOKEN_ID = path_param("token_id", "the token's id", r"^[0-9]{1,18}$", "1")

@@ -9,28 +9,28 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 import mqcore
-from api import health as store_health
-from api.models import AuditEntry
-from api.roles import OPERATOR
-from api.serializers import tiered
-from api.serializers.admin import (
+from accounts.models import AuditEntry
+from accounts.roles import OPERATOR
+from api.views.base import BrokerView, paginate
+from api.views.schema import request_example, responses
+from cairn import runtime
+from mqcore.errors import NotFoundError
+from mqcore.store.health import StoreHealth
+from shared import health as store_health
+from shared.serializers import tiered
+from shared.serializers.admin import (
     AuditEntrySerializer,
     AuditPageSerializer,
     AuditQuerySerializer,
     StatusSerializer,
     status_dict,
 )
-from api.serializers.health import (
+from shared.serializers.health import (
     AcknowledgeResultSerializer,
     AcknowledgeSerializer,
     acknowledged_dict,
     health_dict,
 )
-from api.views.base import BrokerView, paginate
-from api.views.schema import request_example, responses
-from cairn import runtime
-from mqcore.errors import NotFoundError
-from mqcore.store.health import StoreHealth
 
 
 class StatusView(BrokerView):
@@ -55,7 +55,7 @@ class StatusView(BrokerView):
 
 
 class AcknowledgeView(BrokerView):
-    """Operators and admins acknowledge store problems (module :mod:`api.health`)."""
+    """Operators and admins acknowledge store problems (module :mod:`shared.health`)."""
 
     @extend_schema(
         summary="Acknowledge store problems",

@@ -11,12 +11,13 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from accounts.roles import OPERATOR, VIEWER
 from api.exceptions import BrokerUnavailable
 from api.negotiation import QuickContentNegotiation
-from api.roles import OPERATOR, VIEWER, RolePermission
-from api.serializers.common import PageQuerySerializer
+from api.permissions import RolePermission
 from cairn import runtime
 from mqcore.broker import Broker
+from shared.serializers.common import PageQuerySerializer
 
 
 class BrokerView(APIView):
@@ -46,7 +47,7 @@ class BrokerView(APIView):
         holds the response (whose ``renderer_context`` holds the view). Left as cycles, a
         1000-message send's body (~2000 dicts and lists) outlived its request until a
         collection, promoted through the generations meanwhile and walked again by each
-        collection (with ``cairn.asgi``'s threshold as well, the collector's share of such a
+        collection (with ``server.asgi``'s threshold as well, the collector's share of such a
         send fell from ~2 ms to ~0.1 ms). Nothing reads these links after ``dispatch``: the
         handler renders and sends the response it returned."""
         state = self.__dict__

@@ -13,11 +13,32 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts import audit
 from accounts.acls import authorizer
-from api import audit
-from api.roles import require, subject_of
-from api.serializers.common import PageQuerySerializer
-from api.serializers.groups import (
+from accounts.roles import subject_of
+from api.confirm import (
+    CHANGE_PARAMETERS,
+    NEEDS_CONFIRMATION,
+    ChangeQuerySerializer,
+    ImpactResultSerializer,
+    confirmation_required,
+)
+from api.permissions import require
+from api.views.base import BrokerView, paginate
+from api.views.schema import (
+    GROUP,
+    GROUP_EXAMPLE,
+    OFFSETS_EXAMPLE,
+    READ,
+    RESET_EXAMPLE,
+    problems,
+    responses,
+)
+from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.broker.types import GroupInfo
+from shared import impact
+from shared.serializers.common import PageQuerySerializer
+from shared.serializers.groups import (
     GroupCreateSerializer,
     GroupLagSerializer,
     GroupOffsetsSerializer,
@@ -33,18 +54,6 @@ from api.serializers.groups import (
     offsets_dict,
     plan_dict,
 )
-from api.views.base import BrokerView, paginate
-from api.views.schema import (
-    GROUP,
-    GROUP_EXAMPLE,
-    OFFSETS_EXAMPLE,
-    READ,
-    RESET_EXAMPLE,
-    problems,
-    responses,
-)
-from mqcore.access.model import Operation, Resource, ResourceType
-from mqcore.broker.types import GroupInfo
 
 _TOPIC_FILTER = TopicFilterSerializer
 
@@ -124,16 +133,33 @@ class GroupDetailView(BrokerView):
 
     @extend_schema(
         summary="Delete a subscription group",
-        description="Also removes its committed offsets; its retry and DLQ topics stay.",
-        parameters=[GROUP],
+        description="Also removes its committed offsets; its retry and DLQ topics stay. When "
+        "the group is behind where it committed (messages it has not consumed yet) the answer "
+        "is 409 with the `impact` (lag per topic and queue) and nothing changes, unless "
+        "`?confirm=true`; a group with no lag is deleted without it. `?dry_run=true` answers "
+        "the impact only.",
+        parameters=[GROUP, *CHANGE_PARAMETERS],
         request=None,
-        responses={204: None, **problems(400, 401, 403, 404, 503)},
+        responses={
+            204: None,
+            200: ImpactResultSerializer,
+            **problems(400, 401, 403, 404, 503),
+            **NEEDS_CONFIRMATION,
+        },
     )
     def delete(self, request: Request, group: str) -> Response:
+        flags = self.query(ChangeQuerySerializer)
         old = self.broker.admin.get_group(group)
+        found = impact.group_delete(self.broker, group)
+        if flags["dry_run"]:
+            return Response({"dry_run": True, "impact": found})
+        if found["at_risk"] and not flags["confirm"]:
+            return confirmation_required(found)
         offsets = self.broker.get_offsets(group)
         self.broker.admin.delete_group(group)
         old_value = {**_settings(old), "offsets": offsets_dict(group, offsets)["offsets"]}
+        if found["lag"]:
+            old_value["impact"] = found
         audit.record(request, "group.delete", "group", group, old=old_value)
         return Response(status=204)
 

@@ -10,14 +10,12 @@ another request; it costs one parked thread per waiting request, for at most
 A send validates its body with :mod:`api.send_input` first (the serializer only for bodies
 that are not plainly valid, so errors are the serializer's; the usual batch, text bodies and
 keys only, goes to ``Broker.send`` as plain store messages) and writes its audit
-row with one INSERT (:func:`api.audit.record_quickly`); its response is written by
+row with one INSERT (:func:`accounts.audit.record_quickly`); its response is written by
 :mod:`api.send_output` (the bytes DRF's renderer would write, without a dict per message).
 """
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 from typing import Any
 
 from django.conf import settings
@@ -26,11 +24,30 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api import audit
-from api.roles import require, require_some
+from accounts import audit
+from api.confirm import (
+    CONFIRM_PARAMETERS,
+    NEEDS_CONFIRMATION,
+    ConfirmQuerySerializer,
+    confirmation_required,
+)
+from api.permissions import require, require_some
 from api.send_input import plain_messages, round_robin_messages
 from api.send_output import send_response_json
-from api.serializers.messages import (
+from api.views.base import BrokerView
+from api.views.schema import GROUP, MSG_ID, READ, SEND_EXAMPLE, TOPIC, responses
+from cairn import archive
+from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.broker import copies
+from mqcore.broker.types import OutgoingMessage
+from mqcore.errors import NotFoundError
+from mqcore.errors import ValidationError as MQValidationError
+from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
+from mqcore.message import MessageExt
+from mqcore.metadata.topics import dlq_topic_name
+from shared import resends
+from shared.addresses import born_host
+from shared.serializers.messages import (
     MessageDetailQuerySerializer,
     MessageDetailSerializer,
     PullPageSerializer,
@@ -44,39 +61,10 @@ from api.serializers.messages import (
     message_from,
     send_result,
 )
-from api.views.base import BrokerView
-from api.views.schema import GROUP, MSG_ID, READ, SEND_EXAMPLE, TOPIC, responses
-from cairn import archive
-from mqcore.access.model import Operation, Resource, ResourceType
-from mqcore.broker import copies
-from mqcore.broker.types import OutgoingMessage
-from mqcore.errors import NotFoundError
-from mqcore.errors import ValidationError as MQValidationError
-from mqcore.format.msgid import HostAddress
-from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
-from mqcore.message import MessageExt
-from mqcore.metadata.topics import dlq_topic_name
 
 DEFAULT_READ_LIMIT = 32
 _MESSAGE_FIELDS = ("body", "queue_id", "delay_level", "properties", "keys", "tag", "sharding_key")
 _MAX_AUDITED_IDS = 100
-
-
-def born_host(request: Request) -> HostAddress | None:
-    """The client's address and port (the ASGI scope's ``client``) as the records' born
-    host; port 0 when the server gives none (a test client); None if it is not an IP."""
-    meta = request.META
-    return _host(meta.get("REMOTE_ADDR", ""), meta.get("REMOTE_PORT", 0))
-
-
-@functools.lru_cache(maxsize=1024)
-def _host(address: str, port: object) -> HostAddress | None:
-    try:
-        ip = ipaddress.ip_address(address)
-        number = int(port)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None
-    return HostAddress(str(ip), number if 0 <= number <= 0xFFFF else 0)
 
 
 def check_msg_id(msg_id: str) -> str:
@@ -268,23 +256,36 @@ class DlqResendView(BrokerView):
     @extend_schema(
         summary="Resend a message from the group's DLQ",
         description="Stores the %DLQ%<group> message again in its original topic (same "
-        "msgId, reconsume count 0).",
-        parameters=[GROUP, MSG_ID],
+        "msgId, reconsume count 0). Each resend is recorded in the audit log under the "
+        "msgId (action `message.dlq_resend`). A message resent from this DLQ before answers "
+        "409 with the earlier resends as `impact.resent` and is not resent, unless "
+        "`?confirm=true`.",
+        parameters=[GROUP, MSG_ID, *CONFIRM_PARAMETERS],
         request=None,
-        responses=responses({200: SendResultSerializer}),
+        responses={**responses({200: SendResultSerializer}), **NEEDS_CONFIRMATION},
     )
     def post(self, request: Request, group: str, msg_id: str) -> Response:
+        confirm = self.query(ConfirmQuerySerializer)["confirm"]
         require_some(request, Operation.WRITE, ResourceType.TOPIC)
         dlq = dlq_topic_name(group)
         require(request, Operation.DESCRIBE, Resource.group(group))
         require(request, Operation.READ, Resource.topic(dlq))
         self.broker.admin.get_group(group)
+        found = None
         if self.broker.metadata.topics.get(dlq) is not None:
             found = copies.find(self.broker.reader, check_msg_id(msg_id), dlq)
             if found is not None and original_topic(found):  # else resend_from_dlq's 404
                 require(request, Operation.WRITE, Resource.topic(original_topic(found)))
+        if found is not None and not confirm:
+            before = resends.previous_resends(group, [found]).get(found.msg_id)
+            if before:
+                return confirmation_required(resends.impact(group, found, before))
         result = send_result(self.broker.resend_from_dlq(group, check_msg_id(msg_id)))
         audit.record(
-            request, "message.dlq_resend", "message", msg_id, new={"group": group, **result}
+            request,
+            "message.dlq_resend",
+            "message",
+            found.msg_id if found is not None else result["msg_id"],
+            new=resends.audit_value(group, found, result),
         )
         return Response(result)

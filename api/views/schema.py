@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
 from api.exceptions import PROBLEM_CONTENT_TYPE
-from api.serializers.common import ProblemSerializer
+from shared.serializers.common import ProblemSerializer
 
 _MEANING = {
     400: "invalid input (field and rule say what)",

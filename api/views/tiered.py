@@ -7,11 +7,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.serializers.common import TopicNameField
-from api.serializers.tiered import TieredStatusSerializer, tiered_status
 from api.views.base import BrokerView
 from api.views.schema import responses
 from cairn import runtime
+from shared.serializers.common import TopicNameField
+from shared.serializers.tiered import TieredStatusSerializer, tiered_status
 
 
 class TieredQuerySerializer(serializers.Serializer):

@@ -10,12 +10,29 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts import audit
 from accounts.acls import authorizer
-from api import audit
-from api.roles import require, require_some, subject_of
-from api.serializers.common import PageQuerySerializer
-from api.serializers.tiered import queue_rows
-from api.serializers.topics import (
+from accounts.roles import subject_of
+from api.confirm import (
+    CHANGE_PARAMETERS,
+    CONFIRM_PARAMETERS,
+    NEEDS_CONFIRMATION,
+    ChangeQuerySerializer,
+    ConfirmQuerySerializer,
+    ImpactResultSerializer,
+    confirmation_required,
+)
+from api.permissions import require, require_some
+from api.views.base import BrokerView, paginate
+from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
+from cairn import runtime
+from mqcore.access.model import Operation, Resource, ResourceType
+from mqcore.broker.types import TopicInfo, TopicStatus
+from mqcore.errors import NotFoundError
+from shared import impact
+from shared.serializers.common import PageQuerySerializer
+from shared.serializers.tiered import queue_rows
+from shared.serializers.topics import (
     TOPIC_KINDS,
     TopicCreateSerializer,
     TopicDetailSerializer,
@@ -23,12 +40,6 @@ from api.serializers.topics import (
     TopicSerializer,
     TopicUpdateSerializer,
 )
-from api.views.base import BrokerView, paginate
-from api.views.schema import READ, TOPIC, TOPIC_EXAMPLE, problems, responses
-from cairn import runtime
-from mqcore.access.model import Operation, Resource, ResourceType
-from mqcore.broker.types import TopicInfo, TopicStatus
-from mqcore.errors import NotFoundError
 
 
 class TopicListQuerySerializer(PageQuerySerializer):
@@ -120,33 +131,56 @@ class TopicDetailView(BrokerView):
 
     @extend_schema(
         summary="Change a topic's settings",
-        parameters=[TOPIC],
+        description="Lowering `read_queue_nums` strands the messages of the queues at and "
+        "above the new count (consumers no longer read them): when those queues hold "
+        "messages the answer is 409 with the `impact` (messages per queue, groups with lag) "
+        "and nothing changes, unless `?confirm=true`. Lowering only `write_queue_nums` "
+        "strands nothing and needs no confirmation.",
+        parameters=[TOPIC, *CONFIRM_PARAMETERS],
         request=TopicUpdateSerializer,
-        responses=responses({200: TopicDetailSerializer}),
+        responses={**responses({200: TopicDetailSerializer}), **NEEDS_CONFIRMATION},
     )
     def patch(self, request: Request, topic: str) -> Response:
+        confirm = self.query(ConfirmQuerySerializer)["confirm"]
         changes = self.body(TopicUpdateSerializer)
         old = self.broker.admin.get_topic(topic)
-        new = self.broker.admin.update_topic(topic, **changes)
-        audit.record(
-            request,
-            "topic.update",
-            "topic",
-            topic,
-            old=old.settings(),
-            new=new.settings(),
+        found = impact.queue_shrink(
+            self.broker, topic, changes.get("read_queue_nums"), changes.get("write_queue_nums")
         )
+        if found["at_risk"] and not confirm:
+            return confirmation_required(found)
+        new = self.broker.admin.update_topic(topic, **changes)
+        new_value = new.settings()
+        if found["at_risk"]:
+            new_value["stranded"] = found
+        audit.record(request, "topic.update", "topic", topic, old=old.settings(), new=new_value)
         return Response(self._detail(new, self.broker.admin.topic_status(topic)))
 
     @extend_schema(
         summary="Delete a topic",
-        description="Removes the topic, its queue files and every group's offsets on it.",
-        parameters=[TOPIC],
+        description="Removes the topic, its queue files and every group's offsets on it. "
+        "When the topic still stores messages the answer is 409 with the `impact` (messages "
+        "per queue, groups with lag) and nothing changes, unless `?confirm=true`; an empty "
+        "topic is deleted without it. `?dry_run=true` answers the impact only.",
+        parameters=[TOPIC, *CHANGE_PARAMETERS],
         request=None,
-        responses={204: None, **problems(400, 401, 403, 404, 503)},
+        responses={
+            204: None,
+            200: ImpactResultSerializer,
+            **problems(400, 401, 403, 404, 503),
+            **NEEDS_CONFIRMATION,
+        },
     )
     def delete(self, request: Request, topic: str) -> Response:
+        flags = self.query(ChangeQuerySerializer)
         old = self.broker.admin.get_topic(topic)
+        found = impact.topic_delete(self.broker, topic)
+        if flags["dry_run"]:
+            return Response({"dry_run": True, "impact": found})
+        if found["at_risk"] and not flags["confirm"]:
+            return confirmation_required(found)
         self.broker.admin.delete_topic(topic)
-        audit.record(request, "topic.delete", "topic", topic, old=old.settings())
+        audit.record(
+            request, "topic.delete", "topic", topic, old=old.settings() | {"impact": found}
+        )
         return Response(status=204)

@@ -24,9 +24,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts import logins, service
+from accounts.roles import ADMIN, role_of, subject_of
 from api.authentication import QuickTokenAuthentication
-from api.roles import ADMIN, role_of, subject_of
-from api.serializers.admin import (
+from api.views.base import BrokerView, paginate
+from api.views.schema import path_param, problems, responses
+from shared.serializers.admin import (
     LoginSerializer,
     MeSerializer,
     UserCreateSerializer,
@@ -35,9 +37,7 @@ from api.serializers.admin import (
     UserUpdateSerializer,
     user_dict,
 )
-from api.serializers.common import PageQuerySerializer
-from api.views.base import BrokerView, paginate
-from api.views.schema import path_param, problems, responses
+from shared.serializers.common import PageQuerySerializer
 
 USERNAME = path_param("username", "the user's login name")
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from mqcore.access.authorizer import Authorizer, Subject
 from mqcore.access.model import AclEntry, AclFilter
+from mqcore.access.scram import ScramUser, derive_user
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,27 +34,6 @@ class LoginRefused:
 
     reason: str
     locked: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ScramSecret:
-    """One SCRAM credential (RFC 5802 section 3): ``StoredKey`` and ``ServerKey`` derived from
-    one secret (the password, or one API token) with the user's salt and iteration count."""
-
-    stored_key: bytes
-    server_key: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class ScramUser:
-    """A user's SCRAM credentials for one mechanism. Every secret of a user (the password and
-    each API token) is derived with the same salt and iterations, so the server can send
-    them before it knows which secret the client holds, then check the client's proof
-    against each ``secrets`` entry."""
-
-    salt: bytes
-    iterations: int
-    secrets: tuple[ScramSecret, ...]
 
 
 class AccessBackend(Protocol):
@@ -166,8 +146,6 @@ class StaticAccess:
         return Subject(username, found[0], host, front_end)
 
     def scram_user(self, mechanism: str, username: str) -> ScramUser | None:
-        from mqcore.access.scram import derive_user  # not every user of this class needs it
-
         found = self.users.get(username)
         if found is None:
             return None

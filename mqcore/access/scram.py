@@ -15,7 +15,7 @@ The exchange, as :class:`ScramExchange` runs it::
 ``finish`` checks the channel binding (``biws`` = ``n,,``: none), that the nonce is the one
 this exchange sent (a replayed client-final of another exchange fails), and the proof against
 each of the user's secrets (a user's password and API tokens share its salt:
-``backend.ScramUser``). An unknown user gets a server-first made from a salt derived from the
+``ScramUser``). An unknown user gets a server-first made from a salt derived from the
 name, so a client cannot tell unknown users from wrong passwords; its exchange always fails.
 
 Errors are :class:`ScramError` with a message for the log; the client is told only that
@@ -31,8 +31,6 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mqcore.access.backend import ScramSecret, ScramUser
-
 #: Mechanism name -> hash name (hashlib).
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: RFC 7677 asks for at least 4096; Kafka refuses fewer.
@@ -42,6 +40,27 @@ SALT_BYTES = 16
 _NONCE_BYTES = 24
 _GS2_NO_BINDING = "n,,"
 _CHANNEL_BINDING = base64.b64encode(_GS2_NO_BINDING.encode()).decode()  # "biws"
+
+
+@dataclass(frozen=True, slots=True)
+class ScramSecret:
+    """One SCRAM credential (RFC 5802 section 3): ``StoredKey`` and ``ServerKey`` derived from
+    one secret (the password, or one API token) with the user's salt and iteration count."""
+
+    stored_key: bytes
+    server_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ScramUser:
+    """A user's SCRAM credentials for one mechanism. Every secret of a user (the password and
+    each API token) is derived with the same salt and iterations, so the server can send
+    them before it knows which secret the client holds, then check the client's proof
+    against each ``secrets`` entry."""
+
+    salt: bytes
+    iterations: int
+    secrets: tuple[ScramSecret, ...]
 
 
 class ScramError(Exception):

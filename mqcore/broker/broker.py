@@ -69,6 +69,7 @@ from mqcore.message import MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
+from mqcore.store.files.space import existing_parent, partition_of
 from mqcore.store.read.record_views import RecordsResult
 from mqcore.store.results import GetStatus
 from mqcore.store.store import MessageStore
@@ -645,7 +646,11 @@ class Broker:
                 ``{loop.name: loop.state.as_dict() for loop in loops}``.
         """
         root = self.store.root
-        usage = shutil.disk_usage(root)
+        # The CommitLog's partition, as the disk guard measures it (it may be a mount of
+        # its own under the store root): the console and the guard show the same figure.
+        disk_path = existing_parent(root / "commitlog")
+        usage = shutil.disk_usage(disk_path)
+        mount, fs_type = partition_of(disk_path)
         now = self.clock.now_ms()
         return BrokerStatus(
             broker_name=self._broker_name,
@@ -667,6 +672,9 @@ class Broker:
             topic_count=len(self.metadata.topics.list()),
             group_count=len(self.metadata.groups.list()),
             services={name: dict(state) for name, state in (services or {}).items()},
+            disk_path=disk_path,
+            disk_mount=mount,
+            disk_fs_type=fs_type,
         )
 
 

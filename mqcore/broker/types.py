@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from mqcore.message import MessageExt
+from mqcore.store.files.space import used_ratio
 
 __all__ = [
     "BrokerStatus",
@@ -406,7 +407,9 @@ class BrokerStatus:
         store_size_bytes: disk space the files under the store root take (commit log,
             queues, index, config): allocated blocks, so a sparse, mostly empty segment
             counts what was written, not its full size.
-        disk_*: the partition holding the store (``shutil.disk_usage``).
+        disk_*: the partition holding the CommitLog, the one the disk guard watches
+            (``shutil.disk_usage`` of ``disk_path``): ``disk_mount`` is its mount point and
+            ``disk_fs_type`` its file system type ("" when unknown).
         put_tps, get_tps: messages stored / returned by pulls per second, averaged over the
             last 60 s.
         commitlog_min_offset, commitlog_max_offset: phys offsets.
@@ -433,7 +436,12 @@ class BrokerStatus:
     topic_count: int
     group_count: int
     services: dict[str, dict[str, Any]] = field(default_factory=dict)
+    disk_path: str = ""
+    disk_mount: str = ""
+    disk_fs_type: str = ""
 
     @property
     def disk_used_ratio(self) -> float:
-        return self.disk_used_bytes / self.disk_total_bytes if self.disk_total_bytes else 0.0
+        """The disk guard's figure (:func:`mqcore.store.files.space.used_ratio`, ``df``'s Use%):
+        blocks reserved for root count as used, as they are unusable to the broker."""
+        return used_ratio(self.disk_used_bytes, self.disk_free_bytes)

@@ -146,6 +146,16 @@ class ConfigFileManager[S](ABC):
             state = self._snapshot_locked()
         return self._encode(state)
 
+    def preview_document(self, text: str) -> str:
+        """``text`` as this file would hold it after :meth:`replace_from_document` (legacy
+        shapes and strict JSON turned into the broker's own format), without changing
+        anything: what an import's diff compares with :meth:`to_document`.
+
+        Raises:
+            ValidationError: as :meth:`replace_from_document`.
+        """
+        return self._encode(self._decode(parse_document(text), True))
+
     def replace_from_document(self, text: str) -> None:
         """Replace the whole state with a document in this file's format (for import).
 

@@ -89,11 +89,20 @@ class ConsumerOffsetManager(ConfigFileManager[_OffsetsState]):
         self._table: dict[str, dict[int, int]] = {}
         self._version = DataVersion.initial(clock)
         self._commit_count = 0
+        self._last_change_ms = 0
 
     @property
     def data_version(self) -> DataVersion:
         with self._lock:
             return self._version
+
+    @property
+    def activity(self) -> tuple[int, int]:
+        """``(commits since this process loaded the table, epoch ms of the last change or
+        0)``. The ``dataVersion`` moves only every ``update_version_step`` commits (500, as
+        RocketMQ writes it), so it cannot tell an operator when offsets last moved; this can."""
+        with self._lock:
+            return self._commit_count, max(self._last_change_ms, self._version.timestamp)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` will next consume ``offset`` in ``topic``'s queue ``queue_id``.
@@ -108,6 +117,7 @@ class ConsumerOffsetManager(ConfigFileManager[_OffsetsState]):
         check_int(queue_id, "queue_id", 0, 2**31 - 1)
         check_int(offset, "offset", 0, INT64_MAX)
         key = offset_key(topic, group)
+        now = self._clock.now_ms()
         with self._lock:
             queues = self._table.get(key)
             if queues is None:
@@ -115,6 +125,7 @@ class ConsumerOffsetManager(ConfigFileManager[_OffsetsState]):
             else:
                 queues[queue_id] = offset
             self._commit_count += 1
+            self._last_change_ms = now
             if self._commit_count % self._step == 0:
                 self._version = self._version.next_version(self._clock)
 

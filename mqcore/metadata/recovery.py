@@ -24,14 +24,14 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mqcore.metadata.checked_file import LoadOutcome, damage_phrase
 from mqcore.metadata.config_file import ConfigFileManager
+from mqcore.metadata.groups import SubscriptionGroupManager
+from mqcore.metadata.offsets import ConsumerOffsetManager
 from mqcore.metadata.reconcile import GroupFix, StoreEvidence, TopicFix, plan_groups, plan_topics
-
-if TYPE_CHECKING:
-    from mqcore.metadata import Metadata
+from mqcore.metadata.topics import TopicConfigManager
 
 PROBLEM_KIND = "config_recovered"
 #: Names listed in a summary line; the detail lists them all.
@@ -70,8 +70,25 @@ class ConfigRecovery:
     detail: dict[str, Any]
 
 
+class ConfigManagers(Protocol):
+    """What recovery reads of :class:`mqcore.metadata.Metadata`, named here rather than
+    imported: the package imports this module."""
+
+    @property
+    def topics(self) -> TopicConfigManager: ...
+
+    @property
+    def groups(self) -> SubscriptionGroupManager: ...
+
+    @property
+    def offsets(self) -> ConsumerOffsetManager: ...
+
+    @property
+    def managers(self) -> tuple[ConfigFileManager[Any], ...]: ...
+
+
 def recover_after_load(
-    metadata: Metadata, outcomes: dict[str, LoadOutcome[Any]], store: StoreEvidence
+    metadata: ConfigManagers, outcomes: dict[str, LoadOutcome[Any]], store: StoreEvidence
 ) -> list[ConfigRecovery]:
     """Reconcile, rewrite and describe every file whose load was not intact (module
     docstring). Returns one record per recovered or rebuilt file, in file order."""

@@ -4,7 +4,7 @@ Every CommitLog segment cleanup deletes is a :class:`Deletion`: the file, the Co
 it held, why (``expired``: older than the retention; ``forced``: younger, deleted under disk
 pressure because the operator allowed it) and the facts behind the decision. The cleanup
 step logs each at WARNING, reports each forced one as a health problem, and hands each to
-its :data:`DeletionHook`, which the runtime wires to the audit log (``api/audit.py``: mqcore
+its :data:`DeletionHook`, which the runtime wires to the audit log (``accounts/audit.py``: mqcore
 cannot import Django, so the hook is a plain callable).
 
 A Celery worker has no Django either: its hook is :func:`journal_hook`, which appends the

@@ -10,8 +10,7 @@ from django.core.management import call_command
 
 from accounts import service
 from accounts.access import DjangoAccess
-from accounts.models import ActionCount
-from api.models import AuditEntry
+from accounts.models import ActionCount, AuditEntry
 from mqcore.access.authorizer import Subject
 from mqcore.access.backend import AccessBackend, LoginRefused
 from mqcore.access.model import (

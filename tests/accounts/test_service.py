@@ -15,8 +15,7 @@ from django.utils import timezone
 
 from accounts import service
 from accounts.access import DjangoAccess
-from accounts.models import ApiToken, ScramKey
-from api.models import AuditEntry
+from accounts.models import ApiToken, AuditEntry, ScramKey
 from mqcore.access.authorizer import Subject
 from mqcore.access.model import (
     AclEntry,

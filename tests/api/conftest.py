@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from api.roles import set_role
+from accounts.roles import set_role
 from cairn import runtime
 from cairn.runtime import BrokerRuntime
 from mqcore.broker import Broker, BrokerConfig, OutgoingMessage

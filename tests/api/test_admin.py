@@ -11,9 +11,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from accounts.models import ApiToken
-from api.models import AuditEntry
-from api.roles import role_of
+from accounts.models import ApiToken, AuditEntry
+from accounts.roles import role_of
 from mqcore.broker import Broker
 from tests.api.conftest import assert_problem, send
 

@@ -13,8 +13,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from accounts.models import ApiToken
-from api.models import AuditEntry
+from accounts.models import ApiToken, AuditEntry
 from tests.api.conftest import assert_problem, token_client
 
 pytestmark = pytest.mark.django_db

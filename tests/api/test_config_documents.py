@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.broker import Broker
 from mqcore.metadata.jsonfile import loads_fastjson
 from tests.api.conftest import assert_problem

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.broker import Broker
 from tests.api.conftest import assert_problem, send, wait_dispatched
 

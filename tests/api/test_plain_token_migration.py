@@ -14,8 +14,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from accounts.models import ApiToken
+from accounts.roles import set_role
 from accounts.tokens import digest
-from api.roles import set_role
 
 pytestmark = pytest.mark.django_db
 

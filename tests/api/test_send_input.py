@@ -12,8 +12,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from api.send_input import plain_messages
-from api.serializers.messages import SendSerializer, message_from
 from mqcore.broker.types import OutgoingMessage
+from shared.serializers.messages import SendSerializer, message_from
 
 MAX = int(settings.CAIRN_API["MAX_BATCH_MESSAGES"])
 

@@ -8,8 +8,8 @@ import pytest
 from rest_framework.renderers import JSONRenderer
 
 from api.send_output import send_response_json
-from api.serializers.messages import send_result
 from mqcore.broker.types import SendResult, SendStatus
+from shared.serializers.messages import send_result
 
 NAMES = [
     "Orders",

@@ -10,7 +10,7 @@ from django.utils import timezone
 from rest_framework.request import Request
 from rest_framework.test import APIClient
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from api.views.messages import TopicMessagesView
 from mqcore.broker import Broker
 from tests.api.conftest import assert_problem, wait_dispatched

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from cairn.runtime import BrokerRuntime
 from mqcore.store.health import FILE_NAME, StoreHealth
 from tests.api.conftest import assert_problem

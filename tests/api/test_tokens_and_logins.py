@@ -12,8 +12,7 @@ from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
-from accounts.models import ApiToken
-from api.models import AuditEntry
+from accounts.models import ApiToken, AuditEntry
 from tests.api.conftest import assert_problem
 
 pytestmark = pytest.mark.django_db

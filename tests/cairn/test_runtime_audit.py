@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from cairn.runtime import BrokerRuntime
 from mqcore.services import deletions
 from mqcore.services.config import ServicesConfig

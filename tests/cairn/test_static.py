@@ -102,3 +102,12 @@ def test_anything_but_an_indexed_name_is_404(app: StaticFiles, path: str) -> Non
 def test_other_paths_go_to_django(app: StaticFiles) -> None:
     assert call(app, "/healthz")[0] == 299
     assert call(app, "/staticky")[0] == 299
+
+
+def test_favicon_ico_is_the_committed_icon(app: StaticFiles) -> None:
+    """Browsers ask every origin for /favicon.ico; it was a logged 404 on each page."""
+    status, headers, body = call(app, "/favicon.ico")
+    assert status == 200 and headers[b"content-type"].startswith(b"image/")
+    assert body[:4] == b"\x00\x00\x01\x00" and len(body) < 10 * 1024  # an ICO, small
+    assert call(app, "/favicon.ico", "POST")[0] == 405
+    assert call(app, "/favicon.png")[0] == 299  # not an alias: Django's

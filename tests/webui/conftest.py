@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from api.roles import ADMIN, OPERATOR, VIEWER, set_role
+from accounts.roles import ADMIN, OPERATOR, VIEWER, set_role
 from cairn import runtime
 from cairn.runtime import BrokerRuntime
 from mqcore.broker import Broker, OutgoingMessage, SendResult

@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.access.authorizer import Authorizer
 from mqcore.access.model import (
     AclEntry,
@@ -242,7 +242,11 @@ def test_config_import_is_cluster_alter(shop: Broker, operator: Any, acls: Entri
     assert "needs the admin role" in html(refused)
     acls(entry("User:otto", Operation.ALTER, "kafka-cluster", rtype=ResourceType.CLUSTER))
     assert "Replace it with a file" in html(client.get("/config/"))
-    done = client.post("/config/", {"document": "topics.json", "text": document, "confirm": "on"})
+    preview = client.post("/config/", {"document": "topics.json", "text": document})
+    (token,) = re.findall(r'name="token" value="([^"]+)"', html(preview))
+    done = client.post(
+        "/config/", {"document": "topics.json", "action": "apply", "token": token, "confirm": "on"}
+    )
     assert done.status_code == 302 and AuditEntry.objects.filter(action="config.import").exists()
     acls(entry("Role:operator", Operation.DESCRIBE, "kafka-cluster", rtype=ResourceType.CLUSTER,
                permission=Permission.DENY))  # fmt: skip

@@ -11,9 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from accounts.models import AclRecord, ApiToken
-from api.models import AuditEntry
-from api.roles import role_of
+from accounts.models import AclRecord, ApiToken, AuditEntry
+from accounts.roles import role_of
 from mqcore.broker import Broker
 from tests.webui.conftest import PASSWORD, client_for, make_user
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.broker import Broker
 from mqcore.store.health import StoreHealth
 from tests.webui.conftest import client_for

@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
-from api.models import AuditEntry
+from accounts.models import AuditEntry
 from mqcore.broker import Broker
 from tests.webui.conftest import PASSWORD, client_for, make_user, send
 
@@ -327,7 +327,9 @@ def test_dead_letters_are_listed_and_resent(broker: Broker, operator: Any) -> No
     body = html(resent)
     assert resent.status_code == 200
     assert "1 of 2 resent" in body and ">failed</span>" in body
-    assert AuditEntry.objects.filter(action="message.dlq_resend", target=dlq_id).count() == 1
+    # Recorded under the msgId the list shows; the DLQ record's offsetMsgId is in the value.
+    entry = AuditEntry.objects.get(action="message.dlq_resend", target=sent.msg_id)
+    assert entry.new_value["dlq_offset_msg_id"] == dlq_id
     broker.store.dispatch_until_caught_up()
     assert broker.admin.topic_status("Orders").message_count == 2
 
@@ -512,9 +514,15 @@ def test_config_documents_view_download_and_upload(
         },
     )
     assert refused.status_code == 403
-    unconfirmed = client.post(
+    # An upload shows its diff first; the apply step needs the box ticked.
+    preview = client.post(
         "/config/",
         {"document": "topics.json", "file": SimpleUploadedFile("t.json", changed.encode())},
+    )
+    assert preview.status_code == 200 and 'data-testid="diff-changed"' in html(preview)
+    (token,) = re.findall(r'name="token" value="([^"]+)"', html(preview))
+    unconfirmed = client.post(
+        "/config/", {"document": "topics.json", "action": "apply", "token": token}
     )
     assert unconfirmed.status_code == 400 and "tick the box" in html(unconfirmed)
     broken = client.post(
@@ -529,11 +537,7 @@ def test_config_documents_view_download_and_upload(
     assert broker.admin.get_topic("Orders").read_queue_nums == 2
     applied = client.post(
         "/config/",
-        {
-            "document": "topics.json",
-            "confirm": "on",
-            "file": SimpleUploadedFile("t.json", changed.encode()),
-        },
+        {"document": "topics.json", "action": "apply", "token": token, "confirm": "on"},
     )
     assert applied.status_code == 302
     assert broker.admin.get_topic("Orders").read_queue_nums == 5
@@ -556,3 +560,20 @@ def test_audit_log_lists_and_filters(broker: Broker, operator: Any) -> None:
     assert filtered.count("<code>topic.create</code>") == 1 and "Payments" in filtered
     prefix = html(client.get("/audit/?action=message."))
     assert "<code>message.send</code>" in prefix and "<code>topic.create</code>" not in prefix
+
+
+def test_kafka_named_topic_and_group_are_deleted_by_their_typed_names(
+    broker: Broker, operator: Any
+) -> None:
+    # Kafka spells them shop.orders; the store keeps shop|orders. The delete pages take the
+    # name as a person types it, as every other console form does (webui/names.py).
+    broker.admin.create_topic("shop|orders", read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_group("shop|billing")
+    client = client_for(operator)
+    refused = client.post("/topics/shop.orders/delete/", {"confirm_name": "shop.order"})
+    assert refused.status_code == 400 and broker.metadata.topics.get("shop|orders") is not None
+    deleted = client.post("/topics/shop.orders/delete/", {"confirm_name": "shop.orders"})
+    assert deleted.status_code == 302 and broker.metadata.topics.get("shop|orders") is None
+    deleted = client.post("/groups/shop.billing/delete/", {"confirm_name": "shop.billing"})
+    assert deleted.status_code == 302
+    assert AuditEntry.objects.filter(action="group.delete", target="shop|billing").exists()

@@ -7,7 +7,7 @@ import pytest
 from webui import format as fmt
 from webui.metrics import Sample, ThroughputSampler
 from webui.search import SearchQuery, parse_query
-from webui.trace import TraceRequest
+from webui.trace import TraceRequest, parse_request
 
 
 def test_body_preview_text_binary_and_cut_characters() -> None:
@@ -113,3 +113,17 @@ def test_throughput_series_rates_and_restarts() -> None:
     series = sampler.series()
     assert series["points"] == [[5_000, 10.0, 2.0], [15_000, 5.0, 1.0]]
     assert series["interval_s"] == 5
+
+
+def test_kafka_names_are_the_stores_with_bar_for_dot() -> None:
+    from webui.names import NameConverter, kafka_name, store_name
+
+    assert store_name("shop.orders") == "shop|orders" and store_name("plain-1") == "plain-1"
+    assert kafka_name("shop|orders") == "shop.orders"
+    assert kafka_name("%DLQ%a|b") == "%DLQ%a|b"  # retry and DLQ names are not Kafka's
+    converter = NameConverter()
+    assert converter.to_python(converter.to_url("shop|orders")) == "shop|orders"
+    query, errors = parse_query({"mode": "queue", "topic": "shop.orders"}, 10**12)
+    assert errors == {} and query is not None and query.topic == "shop|orders"
+    frame = '{"topic": "shop.orders", "key": "k", "begin": 0}'
+    assert parse_request(frame).topic == "shop|orders"

@@ -18,15 +18,15 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from accounts import service
-from api.roles import ADMIN
-from api.serializers.accounts import (
+from accounts.roles import ADMIN
+from mqcore.access.model import AclEntry, AclFilter
+from mqcore.errors import MQError, NotFoundError
+from shared.serializers.accounts import (
     OPERATIONS,
     RESOURCE_TYPES,
     AclEntrySerializer,
     AclFilterSerializer,
 )
-from mqcore.access.model import AclEntry, AclFilter
-from mqcore.errors import MQError, NotFoundError
 from webui.access import console_page, console_subject
 from webui.views.common import mq_errors, validate
 

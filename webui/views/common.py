@@ -10,8 +10,8 @@ from typing import Any
 from django.http import HttpResponse
 from rest_framework import serializers
 
-from api.exceptions import flatten_errors
 from mqcore.errors import MQError
+from shared.serializers.errors import flatten_errors
 
 
 def validate(

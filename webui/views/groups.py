@@ -18,9 +18,16 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
-from api import audit
-from api.roles import OPERATOR, has_role
-from api.serializers.groups import (
+from accounts import audit
+from accounts.roles import OPERATOR, has_role
+from mqcore.access.model import Operation, Resource
+from mqcore.broker import Broker, GroupInfo
+from mqcore.broker.copies import find as find_copy
+from mqcore.errors import MQError
+from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
+from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
+from shared import impact, resends
+from shared.serializers.groups import (
     GroupCreateSerializer,
     GroupUpdateSerializer,
     ResetSerializer,
@@ -28,13 +35,7 @@ from api.serializers.groups import (
     lag_dict,
     plan_dict,
 )
-from api.serializers.messages import send_result
-from mqcore.access.model import Operation, Resource
-from mqcore.broker import Broker, GroupInfo
-from mqcore.broker.copies import find as find_copy
-from mqcore.errors import MQError
-from mqcore.format.properties import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_RETRY_TOPIC
-from mqcore.metadata.topics import MAX_QUEUE_NUMS, dlq_topic_name, retry_topic_name
+from shared.serializers.messages import send_result
 from webui.access import (
     console_page,
     describable_groups,
@@ -44,6 +45,7 @@ from webui.access import (
     require,
 )
 from webui.format import format_pairs, parse_pairs
+from webui.names import store_name
 from webui.search import parse_time, row
 from webui.views.common import checkbox, mq_errors, submit_form, validate
 
@@ -93,7 +95,8 @@ def group_list(request: HttpRequest) -> HttpResponse:
     shown = set(describable_groups(request, [g.name for g in groups]))
     groups = [g for g in groups if g.name in shown]
     if q:
-        groups = [g for g in groups if q.lower() in g.name.lower()]
+        needle = store_name(q).lower()  # Kafka's spelling finds the store's
+        groups = [g for g in groups if needle in g.name.lower()]
     page = Paginator(groups, PAGE_SIZE).get_page(request.GET.get("page"))
     rows = []
     for info in page.object_list:
@@ -147,7 +150,7 @@ def _group_form_data(post: QueryDict, *, create: bool) -> tuple[dict[str, Any], 
         except ValueError as exc:
             errors["group_retry_policy"] = f"not valid JSON: {exc}"
     if create:
-        data["name"] = post.get("name", "").strip()
+        data["name"] = store_name(post.get("name", "").strip())
     return data, errors
 
 
@@ -245,12 +248,15 @@ def group_edit(request: HttpRequest, name: str) -> HttpResponse:
 
 @console_page(read_role=None, write_role=None)
 def group_delete(request: HttpRequest, name: str) -> HttpResponse:
+    """The page shows the group's lag per topic and queue (what its removed offsets would
+    have resumed from); typing the group's name confirms the delete."""
     broker = get_broker()
     require(request, Operation.DELETE, Resource.group(name))
     info = broker.admin.get_group(name)
+    found = impact.group_delete(broker, name)
     error = ""
     if request.method == "POST":
-        if request.POST.get("confirm_name", "").strip() != name:
+        if store_name(request.POST.get("confirm_name", "").strip()) != name:
             error = "Type the group's name exactly to confirm."
         else:
             remove_offsets = checkbox(request.POST, "remove_offsets")
@@ -260,13 +266,15 @@ def group_delete(request: HttpRequest, name: str) -> HttpResponse:
                 error = str(exc)
             else:
                 old = _settings(info) | {"offsets_removed": remove_offsets}
+                if found["lag"]:
+                    old["impact"] = found | {"offsets_removed": remove_offsets}
                 audit.record(request, "group.delete", "group", name, old=old)
                 messages.success(request, f"Group {name} deleted.")
                 return redirect("webui:groups")
     return render(
         request,
         "webui/group_delete.html",
-        {"section": "groups", "info": info, "error": error},
+        {"section": "groups", "info": info, "impact": found, "error": error},
         status=400 if error else 200,
     )
 
@@ -455,11 +463,43 @@ def _require_resend(request: HttpRequest, broker: Broker, dlq: str, ids: list[st
             require(request, Operation.WRITE, Resource.topic(origin))
 
 
+def _resend(
+    request: HttpRequest,
+    broker: Broker,
+    group: str,
+    records: dict[str, Any],
+    before: dict[str, list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """Resend each posted id (a DLQ record's offsetMsgId, or a msgId); each success is
+    audited under the message's msgId. The outcomes name the msgId the list shows."""
+    outcomes: list[dict[str, Any]] = []
+    for posted, message in records.items():
+        shown = message.msg_id if message is not None else posted
+        try:
+            result = broker.resend_from_dlq(group, posted)
+        except MQError as exc:
+            outcomes.append({"msg_id": shown, "ok": False, "detail": str(exc)})
+            continue
+        sent = send_result(result)
+        audit.record(
+            request,
+            "message.dlq_resend",
+            "message",
+            message.msg_id if message is not None else sent["msg_id"],
+            new=resends.audit_value(group, message, sent),
+        )
+        again = message is not None and message.msg_id in before
+        outcomes.append({"msg_id": sent["msg_id"], "ok": True, "result": sent, "again": again})
+    return outcomes
+
+
 @console_page(read_role=None, write_role=None)
 def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
     """The group's dead letters (``%DLQ%<group>``: ``READ`` on it), oldest first, 50 a page;
     selected ones can be resent to their original topic (``WRITE`` on it; POST ``msg_id``
-    list: nothing is resent unless every one may be)."""
+    list: nothing is resent unless every one may be). When a selected message was resent
+    from this DLQ before (:mod:`shared.resends`), nothing is resent: the page lists the earlier
+    resends and asks again (POST ``again``)."""
     broker = get_broker()
     topic = dlq_topic_name(name)
     require(request, Operation.DESCRIBE, Resource.group(name))
@@ -467,23 +507,24 @@ def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
     info = broker.admin.get_group(name)
     exists = broker.metadata.topics.get(topic) is not None
     outcomes: list[dict[str, Any]] = []
+    repeat: list[dict[str, Any]] = []
+    ids: list[str] = []
     if request.method == "POST":
         ids = request.POST.getlist("msg_id")[:DLQ_PAGE]
         if not ids:
             messages.warning(request, "Select the messages to resend first.")
         if exists:
             _require_resend(request, broker, topic, ids)
-        for msg_id in ids:
-            try:
-                result = broker.resend_from_dlq(name, msg_id)
-            except MQError as exc:
-                outcomes.append({"msg_id": msg_id, "ok": False, "detail": str(exc)})
-                continue
-            sent = send_result(result)
-            audit.record(
-                request, "message.dlq_resend", "message", msg_id, new={"group": name, **sent}
-            )
-            outcomes.append({"msg_id": msg_id, "ok": True, "result": sent})
+        records = {i: find_copy(broker.reader, i, topic) if exists else None for i in ids}
+        before = resends.previous_resends(name, [m for m in records.values() if m is not None])
+        repeat = [
+            {"msg_id": m.msg_id, "resent": before[m.msg_id]}
+            for m in records.values()
+            if m is not None and m.msg_id in before
+        ]
+        if not repeat or checkbox(request.POST, "again"):
+            outcomes = _resend(request, broker, name, records, before)
+            repeat = []
     now = broker.clock.now_ms()
     cursor = request.GET.get("cursor") or None
     rows: list[dict[str, Any]] = []
@@ -495,7 +536,8 @@ def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
         except MQError as exc:
             error = str(exc)
         else:
-            rows = [_dlq_row(request, m) for m in page.messages]
+            history = resends.previous_resends(name, page.messages)
+            rows = [_dlq_row(request, m) | {"resent": history.get(m.msg_id)} for m in page.messages]
             next_cursor = page.next_cursor
     return render(
         request,
@@ -511,6 +553,8 @@ def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
             "first_page": cursor is None,
             "outcomes": outcomes,
             "resent": sum(1 for o in outcomes if o["ok"]),
+            "repeat": repeat,
+            "repeat_ids": ids if repeat else [],
             "error": error,
             "count": broker.admin.topic_status(topic).message_count if exists else 0,
             "back": reverse("webui:group", args=[name]),

@@ -36,6 +36,7 @@ from mqcore.message import MessageExt
 from webui import access, search
 from webui.access import Refused, console_page, describable_topics, get_broker, may, require
 from webui.format import body_views
+from webui.names import store_name
 
 BATCH_MAX_EVENTS = 100
 BATCH_MAX_S = 0.1
@@ -73,7 +74,7 @@ def _form_values(
     return {
         "msg_id": g.get("msg_id", ""),
         "key": g.get("key", ""),
-        "topic": g.get("topic", ""),
+        "topic": store_name(g.get("topic", "").strip()),
         "tag": g.get("tag", ""),
         "queue_id": g.get("queue_id", "0"),
         "offset": g.get("offset", "0"),

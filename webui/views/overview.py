@@ -5,7 +5,7 @@ The banner lists each open store problem (summary, first seen, its facts behind 
 disclosure) and each condition (with a progress bar when it has one). Operators and admins
 acknowledge one problem, or every problem the banner shows, through
 ``POST /health/acknowledge/`` (:func:`acknowledge`), which takes the REST API's path
-(:mod:`api.health`: same checks, same audit action ``problem.acknowledge``). "Every problem
+(:mod:`shared.health`: same checks, same audit action ``problem.acknowledge``). "Every problem
 shown" sends the ids on the page, so a problem reported while the operator read the banner
 is not acknowledged unseen. The banner is its own partial (``?partial=health``), refreshed
 with the rest of the page every 5 s.
@@ -22,11 +22,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from api import health as store_health
-from api.serializers import tiered
-from api.serializers.health import AcknowledgeSerializer, health_dict
 from cairn import runtime
 from mqcore.broker import Broker
+from shared import health as store_health
+from shared.serializers import tiered
+from shared.serializers.health import AcknowledgeSerializer, health_dict
 from webui.access import console_page, describable_groups, describable_topics, get_broker
 from webui.metrics import sampler
 from webui.views.common import validate
@@ -148,7 +148,7 @@ def _kind_label(kind: str) -> str:
 
 
 def health_context(broker: Broker) -> dict[str, Any]:
-    """The banner's rows: :func:`api.serializers.health.health_dict` plus what the template
+    """The banner's rows: :func:`shared.serializers.health.health_dict` plus what the template
     shows (a label for the kind, the detail as rows, the progress in percent)."""
     data = health_dict(broker.store.health)
     problems = [

@@ -21,9 +21,9 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 
 from accounts import service
-from api.roles import ADMIN, has_role
-from api.serializers.accounts import TokenCreateSerializer, token_dict
+from accounts.roles import ADMIN, has_role
 from mqcore.errors import MQError, NotFoundError
+from shared.serializers.accounts import TokenCreateSerializer, token_dict
 from webui.access import SIGNED_IN, Refused, console_page, console_subject
 from webui.search import parse_time
 from webui.views.common import mq_errors, validate

@@ -18,17 +18,19 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
 
-from api import audit
-from api.serializers import tiered
-from api.serializers.messages import MessageInSerializer, message_from, send_result
-from api.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer
-from api.views.messages import born_host
+from accounts import audit
 from cairn import runtime
 from mqcore.access.model import Operation, Resource, ResourceType
 from mqcore.broker import Broker, TopicInfo
 from mqcore.broker.view import subscribed_groups
 from mqcore.errors import MQError, NotFoundError
 from mqcore.metadata.topics import MAX_QUEUE_NUMS, TOPIC_FILTER_TYPES
+from mqcore.validation import MAX_TOPIC_LENGTH
+from shared import impact
+from shared.addresses import born_host
+from shared.serializers import tiered
+from shared.serializers.messages import MessageInSerializer, message_from, send_result
+from shared.serializers.topics import TopicCreateSerializer, TopicUpdateSerializer
 from webui.access import (
     Refused,
     console_page,
@@ -43,6 +45,7 @@ from webui.access import (
     role_needed,
 )
 from webui.format import format_pairs, human_duration_ms, parse_pairs
+from webui.names import store_name
 from webui.views.common import checkbox, mq_errors, submit_form, validate
 
 PAGE_SIZE = 100
@@ -89,7 +92,8 @@ def topic_list(request: HttpRequest) -> HttpResponse:
         kind = ""
         topics = [t for t in topics if t.kind != "system"]
     if q:
-        topics = [t for t in topics if q.lower() in t.name.lower()]
+        needle = store_name(q).lower()  # Kafka's shop.orders finds the store's shop|orders
+        topics = [t for t in topics if needle in t.name.lower()]
     page = Paginator(topics, PAGE_SIZE).get_page(request.GET.get("page"))
     rows = [r for r in (_topic_row(broker, info) for info in page.object_list) if r is not None]
     return render(
@@ -125,7 +129,7 @@ def _topic_form_data(post: QueryDict, *, create: bool) -> tuple[dict[str, Any], 
         "attributes": attributes,
     }
     if create:
-        data["name"] = post.get("name", "").strip()
+        data["name"] = store_name(post.get("name", "").strip())
     return data, errors
 
 
@@ -165,6 +169,7 @@ def _form_context(info: TopicInfo | None, post: QueryDict | None) -> dict[str, A
         "perms": PERMS,
         "filter_types": sorted(TOPIC_FILTER_TYPES),
         "max_queue_nums": MAX_QUEUE_NUMS,
+        "max_name_length": MAX_TOPIC_LENGTH,
     }
 
 
@@ -204,38 +209,58 @@ def topic_create(request: HttpRequest) -> HttpResponse:
 
 @console_page(read_role=None, write_role=None)
 def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
+    """Fewer read queues strand the messages of the queues cut off: the form then shows them
+    (messages per queue, groups with lag) and saves only once the user ticks the box."""
     broker = get_broker()
     require(request, Operation.ALTER, Resource.topic(name))
     info = broker.admin.get_topic(name)
     errors: dict[str, str] = {}
+
+    def page(found: dict[str, Any] | None, status: int) -> HttpResponse:
+        context = _form_context(info, request.POST if request.method == "POST" else None)
+        context.update(
+            {"section": "topics", "errors": errors, "creating": False, "info": info}
+            | {"impact": found}
+        )
+        return render(request, "webui/topic_form.html", context, status=status)
+
     if request.method == "POST":
 
         def update(valid: dict[str, Any]) -> HttpResponse:
+            found = impact.queue_shrink(
+                broker, name, valid.get("read_queue_nums"), valid.get("write_queue_nums")
+            )
+            if found["at_risk"] and not checkbox(request.POST, "confirm_impact"):
+                return page(found, 200)  # a question, not an error
             new = broker.admin.update_topic(name, **valid)
             old, changed = info.settings(), new.settings()
+            if found["at_risk"]:
+                changed["stranded"] = found
             audit.record(request, "topic.update", "topic", name, old=old, new=changed)
-            messages.success(request, f"Topic {name} saved.")
+            stranded = f" {found['messages']} messages stranded." if found["at_risk"] else ""
+            messages.success(request, f"Topic {name} saved.{stranded}")
             return redirect("webui:topic", name=name)
 
         parsed = _topic_form_data(request.POST, create=False)
         done, errors = submit_form(parsed, TopicUpdateSerializer, TOPIC_ALIASES, update)
         if done is not None:
             return done
-    context = _form_context(info, request.POST if request.method == "POST" else None)
-    context.update({"section": "topics", "errors": errors, "creating": False, "info": info})
-    return render(request, "webui/topic_form.html", context, status=400 if errors else 200)
+    return page(None, 400 if errors else 200)
 
 
 @console_page(read_role=None, write_role=None)
 def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
+    """The page shows what the delete loses (messages per queue, groups with lag); typing
+    the topic's name confirms it."""
     broker = get_broker()
     require(request, Operation.DELETE, Resource.topic(name))
     info = broker.admin.get_topic(name)
     status = broker.admin.topic_status(name)
     groups = subscribed_groups(broker.metadata, name)
+    found = impact.topic_delete(broker, name)
     error = ""
     if request.method == "POST":
-        if request.POST.get("confirm_name", "").strip() != name:
+        if store_name(request.POST.get("confirm_name", "").strip()) != name:
             error = "Type the topic's name exactly to confirm."
         else:
             try:
@@ -243,13 +268,22 @@ def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
             except MQError as exc:
                 error = str(exc)
             else:
-                audit.record(request, "topic.delete", "topic", name, old=info.settings())
-                messages.success(request, f"Topic {name} deleted.")
+                old = info.settings() | {"impact": found}
+                audit.record(request, "topic.delete", "topic", name, old=old)
+                lost = f" {found['messages']} messages lost." if found["messages"] else ""
+                messages.success(request, f"Topic {name} deleted.{lost}")
                 return redirect("webui:topics")
     return render(
         request,
         "webui/topic_delete.html",
-        {"section": "topics", "info": info, "status": status, "groups": groups, "error": error},
+        {
+            "section": "topics",
+            "info": info,
+            "status": status,
+            "groups": groups,
+            "impact": found,
+            "error": error,
+        },
         status=400 if error else 200,
     )
 
@@ -309,6 +343,7 @@ def _topic_context(request: HttpRequest, broker: Broker, info: TopicInfo) -> dic
         "queue_choices": range(max(info.write_queue_nums, info.read_queue_nums, 1)),
         "delay_choices": _delay_choices(broker),
         "send": _send_form_defaults(),
+        "max_body_bytes": broker.store.config.max_message_size,
         "send_errors": {},
         "allowed": {
             "read": may(request, Operation.READ, topic),
@@ -389,6 +424,7 @@ def topic_send(request: HttpRequest, name: str) -> HttpResponse:
                     format_html(
                         'Sent <a href="{}" class="mono">{}</a> to {}.', link, sent["msg_id"], where
                     ),
+                    extra_tags="inline send-result",  # shown in the send card (topic.html)
                 )
                 return redirect(reverse("webui:topic", args=[name]) + "#send")
     context = _topic_context(request, broker, info)

@@ -11,6 +11,7 @@ from django.shortcuts import render
 
 from mqcore.errors import MQError
 from webui.access import console_page, get_broker, readable_topics
+from webui.names import store_name
 from webui.search import parse_time
 from webui.trace import (
     DEFAULT_LIMIT,
@@ -44,7 +45,7 @@ def trace_page(request: HttpRequest) -> HttpResponse:
         limit = DEFAULT_LIMIT
     limit = max(1, min(MAX_LIMIT, limit))
     key = g.get("key", "").strip()
-    topic = g.get("topic", "").strip()
+    topic = store_name(g.get("topic", "").strip())
     stored: list[dict[str, Any]] = []
     if topic and not readable_topics(request, [topic]):
         errors["topic"] = f"you may not read topic {topic}"

@@ -20,10 +20,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 
 from accounts import service
-from api.roles import ADMIN, ROLES
-from api.serializers.accounts import token_dict
-from api.serializers.admin import UserCreateSerializer, UserUpdateSerializer, user_dict
+from accounts.roles import ADMIN, ROLES
 from mqcore.errors import MQError
+from shared.serializers.accounts import token_dict
+from shared.serializers.admin import UserCreateSerializer, UserUpdateSerializer, user_dict
 from webui.access import console_page, console_subject
 from webui.views.common import checkbox, mq_errors, validate
 

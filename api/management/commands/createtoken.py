@@ -4,6 +4,8 @@
 Creates the user if needed (with no password: it can use only its tokens), gives it the role,
 issues a new API token and prints it alone on the last line, once (only its hash is kept), so
 scripts can take it with ``| tail -n1``. ``--rotate`` revokes the user's other tokens.
+It works before the broker's first start too (a deployment script issuing its tokens first):
+like ``runbroker``, it applies the database migrations before anything else.
 Programs send it as ``Authorization: Token <token>``; Kafka clients as the user's SASL
 password (PLAIN or SCRAM).
 """
@@ -13,12 +15,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
 from accounts import service
-from api.roles import ROLES, role_of
+from accounts.roles import ROLES, role_of
 from mqcore.access.authorizer import Subject
 from mqcore.errors import MQError
 
@@ -49,6 +52,7 @@ class Command(BaseCommand):
         if days is not None and days < 1:
             raise CommandError("--expires-days must be at least 1")
         expires = timezone.now() + timedelta(days=days) if days else None
+        call_command("migrate", interactive=False, verbosity=0)
         try:
             with transaction.atomic():
                 try:

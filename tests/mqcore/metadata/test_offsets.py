@@ -221,3 +221,16 @@ def test_random_commits_match_a_dict_model(config_dir: Path, clock: FakeClock) -
             offsets = manager(config_dir, clock)  # a restart after a persist loses nothing
     for (group, topic, queue_id), value in model.items():
         assert offsets.query(group, topic, queue_id) == value
+
+
+def test_activity_tells_when_offsets_last_moved(config_dir: Path, clock: FakeClock) -> None:
+    """The dataVersion stays at 0 for 499 commits; activity counts them and keeps the time
+    of the last one (what the console's config page shows)."""
+    m = manager(config_dir, clock)
+    assert m.activity == (0, m.data_version.timestamp)
+    clock.advance(60_000)
+    m.commit("g", "t", 0, 5)
+    clock.advance(1_000)
+    m.commit("g", "t", 1, 7)
+    assert m.data_version.counter == 0
+    assert m.activity == (2, clock.now_ms())

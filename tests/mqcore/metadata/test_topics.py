@@ -342,6 +342,21 @@ def test_import_replaces_everything_and_keeps_system_topics(
     assert topics.to_document() == (config_dir / "topics.json").read_text()
 
 
+def test_preview_shows_the_import_as_the_file_would_hold_it_and_changes_nothing(
+    config_dir: Path, clock: FakeClock
+) -> None:
+    topics = manager(config_dir, clock)
+    topics.create(TopicConfig("Old"))
+    before = topics.to_document()
+    preview = loads_fastjson(topics.preview_document(fixture_text("topics_legacy_4x.json")))
+    table = preview["topicConfigTable"]
+    assert "Old" not in table and table["TopicTest"]["readQueueNums"] == 4
+    assert set(SYSTEM_TOPICS) <= set(table)  # as the import would keep them
+    assert topics.to_document() == before and topics.get("Old") is not None
+    with pytest.raises(ValidationError):
+        topics.preview_document('{"topicConfigTable": 7}')
+
+
 @pytest.mark.parametrize(
     ("document", "field", "rule"),
     [

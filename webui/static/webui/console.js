@@ -1,5 +1,8 @@
 /* Cairn console: progressive enhancement shared by every page.
-   - theme toggle (auto → light → dark), saved in localStorage
+   - theme toggle (auto → the other scheme than the system's → the system's), saved in
+     localStorage: every click from "auto" changes what is shown
+   - a form error or a send result ([data-autofocus]) is focused, so it is in view
+   - the send form refuses a body over the broker's limit before posting it (input kept)
    - <time data-ms> shown in the browser's zone, epoch ms on hover
    - datetime-local inputs: epoch ms in the browser's zone posted as <name>_ms
    - quick time ranges, confirm prompts, copy buttons, tabs, "/" focuses search
@@ -113,19 +116,82 @@
   function initTheme() {
     var btn = document.getElementById("theme-toggle");
     if (!btn) return;
-    var order = ["auto", "light", "dark"];
+    var prefersDark = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+    // "auto" looks like the system's scheme, so the first click goes to the other one (a
+    // fixed auto → light → dark showed nothing new on a light system).
+    var order = function () {
+      return prefersDark && prefersDark.matches ? ["auto", "light", "dark"] : ["auto", "dark", "light"];
+    };
     var labels = { auto: "Theme: follows the system", light: "Theme: light", dark: "Theme: dark" };
     var root = document.documentElement;
     var show = function () { btn.title = labels[root.getAttribute("data-theme")] || labels.auto; };
     show();
     btn.addEventListener("click", function () {
       var cur = root.getAttribute("data-theme") || "auto";
-      var next = order[(order.indexOf(cur) + 1) % order.length];
+      var cycle = order();
+      var next = cycle[(cycle.indexOf(cur) + 1) % cycle.length];
       root.setAttribute("data-theme", next);
       try { localStorage.setItem("cairn-theme", next); } catch (e) { /* ignore */ }
       show();
       document.dispatchEvent(new CustomEvent("cairn:theme"));
     });
+  }
+
+  // ---- send form: a body over the broker's limit is refused here, with the input kept ----
+  function utf8Length(text) {
+    return new TextEncoder().encode(text).length;
+  }
+  function bodyBytes(form) {
+    var text = form.elements.body ? form.elements.body.value : "";
+    var encoding = (form.querySelector("input[name=body_encoding]:checked") || {}).value || "text";
+    if (encoding === "base64") {
+      var clean = text.replace(/\s+/g, "");
+      return Math.floor(clean.length * 3 / 4) - (clean.endsWith("==") ? 2 : clean.endsWith("=") ? 1 : 0);
+    }
+    if (encoding === "json") {
+      try { return utf8Length(JSON.stringify(JSON.parse(text))); } catch (e) { return utf8Length(text); }
+    }
+    return utf8Length(text);
+  }
+  function initBodyLimit() {
+    document.querySelectorAll("form[data-max-body-bytes]").forEach(function (form) {
+      var limit = Number(form.getAttribute("data-max-body-bytes"));
+      if (!limit || !form.elements.body) return;
+      form.addEventListener("submit", function (ev) {
+        var size = bodyBytes(form);
+        var field = form.elements.body.closest(".field");
+        var shown = field.querySelector(".error[data-role=size]");
+        if (size <= limit) {
+          if (shown) { shown.remove(); field.classList.remove("invalid"); }
+          return;
+        }
+        ev.preventDefault();
+        if (!shown) {
+          shown = document.createElement("div");
+          shown.className = "error";
+          shown.setAttribute("data-role", "size");
+          shown.setAttribute("role", "alert");
+          field.appendChild(shown);
+        }
+        field.classList.add("invalid");
+        shown.textContent = "body: the message body is " + Cairn.bytes(size) + " (" + size +
+          " bytes); the broker takes at most " + Cairn.bytes(limit) + " (" + limit + " bytes)";
+        form.elements.body.focus();
+      });
+    });
+  }
+  Cairn.bytes = function (n) {
+    if (n < 1024) return n + " B";
+    if (n < 1048576) return (n / 1024).toFixed(1) + " KiB";
+    return (n / 1048576).toFixed(2) + " MiB";
+  };
+
+  function initAutofocus() {
+    var target = document.querySelector("[data-autofocus]");
+    if (!target) return;
+    if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
+    target.focus({ preventScroll: true });
+    target.scrollIntoView({ block: "center" });
   }
 
   // ---- small behaviours -----------------------------------------------------------------
@@ -197,9 +263,11 @@
       var empty = document.querySelector('[data-filter-empty="' + table.id + '"]');
       var apply = function () {
         var q = input.value.trim().toLowerCase();
+        var stored = q.replace(/\./g, "|"); // Kafka's shop.orders is the store's shop|orders
         var shown = 0;
         table.querySelectorAll("tbody tr").forEach(function (tr) {
-          var hit = !q || (tr.getAttribute("data-search") || tr.textContent).toLowerCase().indexOf(q) >= 0;
+          var text = (tr.getAttribute("data-search") || tr.textContent).toLowerCase();
+          var hit = !q || text.indexOf(q) >= 0 || text.indexOf(stored) >= 0;
           tr.hidden = !hit;
           if (hit) shown++;
         });
@@ -295,5 +363,7 @@
     initAutoSubmit();
     initBack();
     initTickingAgo();
+    initBodyLimit();
+    initAutofocus();
   });
 })();

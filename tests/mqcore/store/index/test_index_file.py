@@ -405,34 +405,6 @@ def test_destroy_waits_for_reader_before_unmapping(tmp_path: Path) -> None:
     assert f._mm.closed
 
 
-# ---------------------------------------------------------------- check
-
-
-def test_check_reports_structural_defects(tmp_path: Path) -> None:
-    f = new_file(tmp_path, slots=7, entries=20)
-    for i in range(6):
-        f.put_key(f"k{i % 3}", i, T0 + i * 1000)
-    assert f.check() == []
-    path = Path(f.path)
-    f.close()
-    data = bytearray(raw(path))
-    entries = 40 + 7 * 4
-    free_slot = next(s for s in range(7) if data[40 + s * 4 : 44 + s * 4] == bytes(4))
-    data[40 + free_slot * 4 : 44 + free_slot * 4] = be(15, 4)  # slot beyond index_count 7
-    data[entries + 5 * 20 + 16 : entries + 5 * 20 + 20] = be(6, 4)  # prev pointing forward
-    data[entries + 4 * 20 + 12 : entries + 4 * 20 + 16] = be(-3, 4)  # negative time_diff
-    path.write_bytes(bytes(data))
-    g = IndexFile.open(str(path), 7, 20, readonly=True)
-    defects = g.check()
-    text = "\n".join(defects)
-    assert f"slot {free_slot}: value 15" in text
-    assert "entry 5: prev_index 6" in text
-    assert "entry 4: negative time_diff -3" in text
-    assert "hash_slot_count" in text  # the bogus slot is counted as occupied
-    assert all(d.startswith(path.name + ": ") for d in defects)
-    g.close()
-
-
 # ---------------------------------------------------------------- one writer, many readers
 
 

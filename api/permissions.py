@@ -1,76 +1,35 @@
-"""Roles: ``viewer`` < ``operator`` < ``admin``, kept as Django groups of the same names.
-
-* viewer: reads everything except the audit log and users.
-* operator: also sends, commits and resets offsets, retries and resends messages, creates,
-  changes and deletes topics and groups; reads the audit log.
-* admin: also imports RocketMQ config documents and manages users.
-
-Superusers are admins whatever their groups. A user in several role groups has the highest.
-A user in none has no role and is refused everything but ``GET /api/v1/auth/me``.
+"""REST's permission checks: :class:`RolePermission` (the DRF permission every view uses),
+:func:`require` and :func:`require_some` (a view's own checks on resources named in the body).
 
 Views state their policy as class attributes (``read_role``, ``write_role``) and use
-:class:`RolePermission`. A view about one topic or group also names, per method, the
-operation on it (``acl = {"POST": (ResourceType.TOPIC, "topic", Operation.WRITE)}``: type,
-URL argument, operation): that method is then decided by the one authorizer every front end
-uses (``mqcore.access.authorizer``: ACL entries, deny first, then allow entries, then the
-role's defaults), so a deny entry refuses an operator a topic and an allow entry lets a user
-with no role send to it. A method whose resources come from the body or a lookup (a topic
-to create, a message's original topic) is listed in ``acl_in_view``: the permission then
-only asks for a signed-in user and the view decides with :func:`require_some` (a cheap
-gate, before the body is read: whether the user may do the operation on some resource of
-the type at all) and :func:`require` (the resources themselves).
+:class:`RolePermission` (the roles are :mod:`accounts.roles`'). A view about one topic or
+group also names, per method, the operation on it
+(``acl = {"POST": (ResourceType.TOPIC, "topic", Operation.WRITE)}``: type, URL argument,
+operation): that method is then decided by the one authorizer every front end uses
+(``mqcore.access.authorizer``: ACL entries, deny first, then allow entries, then the role's
+defaults), so a deny entry refuses an operator a topic and an allow entry lets a user with no
+role send to it. A method whose resources come from the body or a lookup (a topic to create,
+a message's original topic) is listed in ``acl_in_view``: the permission then only asks for a
+signed-in user and the view decides with :func:`require_some` (a cheap gate, before the body
+is read: whether the user may do the operation on some resource of the type at all) and
+:func:`require` (the resources themselves).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-from mqcore.access.authorizer import ROLE_DEFAULTS, Subject, allowed_on_any
-from mqcore.access.model import WILDCARD, Operation, Permission, Resource, ResourceType
+from accounts.acls import authorizer
+from accounts.roles import OPERATOR, RANK, VIEWER, role_of, subject_of
+from mqcore.access.authorizer import ROLE_DEFAULTS, allowed_on_any
+from mqcore.access.model import Operation, Permission, Resource, ResourceType
 
 #: A view's per-method resource check: (resource type, URL argument naming it, operation).
 AclSpec = tuple[ResourceType, str, Operation]
-
-VIEWER = "viewer"
-OPERATOR = "operator"
-ADMIN = "admin"
-ROLES = (VIEWER, OPERATOR, ADMIN)
-_RANK = {role: rank for rank, role in enumerate(ROLES, start=1)}
-
-
-def role_of(user: AbstractBaseUser | AnonymousUser | None) -> str | None:
-    """The user's effective role, or None (anonymous, inactive, or in no role group)."""
-    if user is None or not user.is_authenticated or not user.is_active:
-        return None
-    if getattr(user, "is_superuser", False):
-        return ADMIN
-    cached = getattr(user, "_cairn_role", False)
-    if cached is not False:
-        return cached  # type: ignore[no-any-return]
-    names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))  # type: ignore[union-attr]
-    role = max(names, key=_RANK.__getitem__) if names else None
-    user._cairn_role = role  # type: ignore[union-attr]
-    return role
-
-
-def has_role(user: Any, required: str) -> bool:
-    role = role_of(user)
-    return role is not None and _RANK[role] >= _RANK[required]
-
-
-def set_role(user: Any, role: str) -> None:
-    """Put the user in exactly one role group (created on first use)."""
-    if role not in _RANK:
-        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
-    group, _ = Group.objects.get_or_create(name=role)
-    user.groups.remove(*Group.objects.filter(name__in=ROLES).exclude(name=role))
-    user.groups.add(group)
-    if hasattr(user, "_cairn_role"):
-        del user._cairn_role
 
 
 class RolePermission(BasePermission):
@@ -89,7 +48,7 @@ class RolePermission(BasePermission):
             return bool(request.user.is_authenticated)  # the view decides (require_some)
         required = required_role(request.method or "GET", view)
         role = role_of(request.user)
-        if role is None or _RANK[role] < _RANK[required]:
+        if role is None or RANK[role] < RANK[required]:
             self.message = f"{request.method} here needs the {required} role" + (
                 f"; you are {role}" if role else "; you have no role"
             )
@@ -99,8 +58,6 @@ class RolePermission(BasePermission):
     def _resource_allowed(self, request: Request, view: Any, spec: AclSpec) -> bool:
         if not request.user.is_authenticated:
             return False  # 401, as for any other view
-        from accounts.acls import authorizer
-
         rtype, argument, operation = spec
         decision = authorizer().decide(
             subject_of(request), operation, Resource(rtype, str(view.kwargs[argument]))
@@ -120,10 +77,6 @@ def require(request: Any, operation: Operation, *resources: Resource) -> None:
     Raises:
         PermissionDenied: not allowed.
     """
-    from rest_framework.exceptions import PermissionDenied
-
-    from accounts.acls import authorizer
-
     decide, subject = authorizer().decide, subject_of(request)
     decision = allowed_on_any(decide(subject, operation, r) for r in resources)
     if not decision.allowed:
@@ -143,10 +96,6 @@ def require_some(
     Raises:
         PermissionDenied: no chance of being allowed.
     """
-    from rest_framework.exceptions import PermissionDenied
-
-    from accounts.acls import authorizer
-
     current, subject = authorizer(), subject_of(request)
     if cluster:
         decision = current.decide(subject, operation, Resource.cluster())
@@ -169,19 +118,6 @@ def require_some(
         f"{operation.label} on any {resource_type.label}"
         + (" or on the cluster" if cluster else "")
         + f" is not allowed to {subject.principal} ({role})"
-    )
-
-
-def subject_of(request: Any) -> Subject:
-    """Who asks, for the authorizer and the audit log: user, role, address, front end
-    (``rest`` under ``/api/``, ``console`` elsewhere)."""
-    user = request.user
-    path = getattr(request, "path", "") or ""
-    return Subject(
-        user.get_username() if user.is_authenticated else None,
-        role_of(user),
-        request.META.get("REMOTE_ADDR") or WILDCARD,
-        "rest" if path.startswith("/api/") else "console",
     )
 
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from api import audit
-from api.serializers.health import problem_dict
+from accounts import audit
 from mqcore.store.health import Problem, StoreHealth
+from shared.serializers.health import problem_dict
 
 ACTION = "problem.acknowledge"
 TARGET_TYPE = "problem"

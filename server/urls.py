@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from cairn import views
+from server import views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),

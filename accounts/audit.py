@@ -1,4 +1,4 @@
-"""Writing the audit log (see :class:`api.models.AuditEntry`).
+"""Writing the audit log (see :class:`accounts.models.AuditEntry`).
 
 Every entry says who (user, role, principal), from where (the client's address) and through
 which front end: ``rest`` (``/api/``), ``console`` (the console's pages), ``kafka`` (the Kafka
@@ -14,8 +14,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, router
 from django.utils import timezone
 
-from api.models import AuditEntry
-from api.roles import role_of
+from accounts.models import AuditEntry
+from accounts.roles import role_of
 from mqcore.access.authorizer import Subject
 from mqcore.access.model import ANONYMOUS
 

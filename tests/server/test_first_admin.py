@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from cairn.management.commands.runbroker import FIRST_PASSWORD_FILE, Command
+from server.management.commands.runbroker import FIRST_PASSWORD_FILE, Command
 
 pytestmark = pytest.mark.django_db
 

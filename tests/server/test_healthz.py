@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from api.roles import VIEWER, set_role
+from accounts.roles import VIEWER, set_role
 from cairn import runtime
 from cairn.runtime import BrokerRuntime
 from tests.support.tokens import make_token

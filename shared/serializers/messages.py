@@ -18,7 +18,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from api.serializers.common import (
+from mqcore.broker.types import OutgoingMessage, SendResult
+from mqcore.message import MessageExt
+from shared.serializers.common import (
     INT32_MAX,
     INT64_MAX,
     MAX_QUEUE_ID,
@@ -28,8 +30,6 @@ from api.serializers.common import (
     StrMapField,
     record_text,
 )
-from mqcore.broker.types import OutgoingMessage, SendResult
-from mqcore.message import MessageExt
 
 BODY_ENCODINGS = ["text", "base64", "json"]
 

@@ -5,9 +5,9 @@ from django.views.decorators.http import require_GET
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.serializers.health import health_counts
 from api.views.base import BrokerView
 from cairn import runtime
+from shared.serializers.health import health_counts
 
 
 def public_health() -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from api.serializers.common import StrictSerializer
 from mqcore.store.health import Condition, Problem, StoreHealth
+from shared.serializers.common import StrictSerializer
 
 #: ``GET /status`` lists this many acknowledged problems, the most recently acknowledged
 #: first (``health.json`` keeps up to :data:`mqcore.store.health.MAX_ACKNOWLEDGED`).

@@ -120,7 +120,7 @@ class Command(BaseCommand):
             rt.start()
         except MQError as exc:
             raise CommandError(str(exc)) from None
-        from cairn.asgi import application
+        from server.asgi import application
 
         url_host = f"[{host}]" if ":" in host else host
 

@@ -1,4 +1,4 @@
-"""Tokens, ACL entries and lockouts over REST (users are in :mod:`api.serializers.admin`)."""
+"""Tokens, ACL entries and lockouts over REST (users are in :mod:`shared.serializers.admin`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,6 @@ from typing import Any
 from rest_framework import serializers
 
 from accounts.models import ApiToken
-from api.serializers.admin import epoch_ms
-from api.serializers.common import (
-    EpochMsField,
-    PageQuerySerializer,
-    StrictSerializer,
-    page_serializer,
-)
 from mqcore.access.model import (
     AclEntry,
     AclFilter,
@@ -24,6 +17,13 @@ from mqcore.access.model import (
     ResourceType,
 )
 from mqcore.errors import ValidationError as MQValidationError
+from shared.serializers.admin import epoch_ms
+from shared.serializers.common import (
+    EpochMsField,
+    PageQuerySerializer,
+    StrictSerializer,
+    page_serializer,
+)
 
 OPERATIONS = [op.label for op in Operation]
 RESOURCE_TYPES = [t.label for t in ResourceType]

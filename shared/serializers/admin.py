@@ -8,17 +8,17 @@ from typing import Any
 from django.contrib.auth.models import AbstractUser
 from rest_framework import serializers
 
-from api.models import AuditEntry
-from api.roles import ROLES, role_of
-from api.serializers.common import (
+from accounts.models import AuditEntry
+from accounts.roles import ROLES, role_of
+from mqcore.broker.types import BrokerStatus
+from shared.serializers.common import (
     EpochMsField,
     PageQuerySerializer,
     StrictSerializer,
     page_serializer,
 )
-from api.serializers.health import StoreHealthSerializer
-from api.serializers.tiered import TierSummarySerializer
-from mqcore.broker.types import BrokerStatus
+from shared.serializers.health import StoreHealthSerializer
+from shared.serializers.tiered import TierSummarySerializer
 
 
 def epoch_ms(value: Any) -> int | None:
@@ -211,4 +211,10 @@ class MeSerializer(serializers.Serializer):
 class ConfigImportResultSerializer(serializers.Serializer):
     document = serializers.CharField()
     applied = serializers.BooleanField()
+    dry_run = serializers.BooleanField()
     data_version = serializers.DictField()
+    diff = serializers.DictField(
+        help_text="entries added, removed and changed (field by field), the impact of the "
+        "removed and changed ones (messages per queue, groups with lag), `at_risk` and a "
+        "`summary`"
+    )

@@ -6,7 +6,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from api.serializers.common import (
+from mqcore.broker.types import GroupInfo, GroupLag, OffsetResetPlan, QueueLag
+from mqcore.metadata.topics import MAX_QUEUE_NUMS
+from shared.serializers.common import (
     INT32_MAX,
     INT64_MAX,
     MAX_QUEUE_ID,
@@ -18,8 +20,6 @@ from api.serializers.common import (
     TopicNameField,
     page_serializer,
 )
-from mqcore.broker.types import GroupInfo, GroupLag, OffsetResetPlan, QueueLag
-from mqcore.metadata.topics import MAX_QUEUE_NUMS
 
 
 class GroupUpdateSerializer(StrictSerializer):

@@ -6,16 +6,16 @@ from typing import Any
 
 from rest_framework import serializers
 
-from api.serializers.common import (
+from mqcore.broker.types import TopicInfo, TopicStatus
+from mqcore.metadata.topics import MAX_QUEUE_NUMS, PERM_MAX, TOPIC_FILTER_TYPES
+from shared.serializers.common import (
     Int,
     StrictSerializer,
     StrMapField,
     TopicNameField,
     page_serializer,
 )
-from api.serializers.tiered import TierQueueSerializer
-from mqcore.broker.types import TopicInfo, TopicStatus
-from mqcore.metadata.topics import MAX_QUEUE_NUMS, PERM_MAX, TOPIC_FILTER_TYPES
+from shared.serializers.tiered import TierQueueSerializer
 
 FILTER_TYPES = sorted(TOPIC_FILTER_TYPES)
 TOPIC_KINDS = ["normal", "retry", "dlq", "system"]
