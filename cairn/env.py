@@ -170,6 +170,11 @@ VARIABLES: tuple[Variable, ...] = (
         "8192",
         "PBKDF2 iterations of new users' SCRAM credentials (at least 4096, RFC 7677).",
     ),
+    Variable(
+        "CAIRN_METRICS_ALLOW",
+        "",
+        "Comma-separated addresses or networks (`10.0.0.0/8,::1`) that may scrape `GET /metrics` without a token; unset: none, every scrape needs `Authorization: Token` of a user with a role.",
+    ),
     Variable("CAIRN_LOG_LEVEL", "INFO", "Log level of the broker process."),
     Variable(
         "CAIRN_COMMITLOG_FILE_SIZE",
@@ -503,6 +508,31 @@ def allowed_origins() -> tuple[tuple[str, str, int], ...]:
             except ValueError as exc:
                 raise SystemExit(f"CAIRN_ALLOWED_ORIGINS: {exc}") from None
     return tuple(found)
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def metrics_allow() -> tuple[Network, ...]:
+    """``CAIRN_METRICS_ALLOW``: the networks that may scrape ``/metrics`` without a token
+    (a bare address is a one-address network). Unset: none.
+
+    Raises:
+        SystemExit: an entry that is not an address or a network (host bits set included:
+            ``10.0.0.1/8`` is refused rather than read as a guess).
+    """
+    networks = []
+    for entry in get("CAIRN_METRICS_ALLOW", "").split(","):
+        text = entry.strip()
+        if not text:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(text.strip("[]")))
+        except ValueError as exc:
+            raise SystemExit(
+                f"CAIRN_METRICS_ALLOW: {text!r} is not an address or network: {exc}"
+            ) from None
+    return tuple(networks)
 
 
 def data_dir() -> Path:

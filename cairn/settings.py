@@ -40,6 +40,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that it times the whole chain (server.metrics.requests): GET /metrics.
+    "server.metrics.requests.HttpMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -213,6 +215,10 @@ SECURE_CSP = {
     "form-action": ["'self'"],
     "frame-ancestors": ["'none'"],
 }
+
+# -- GET /metrics (README "Prometheus metrics"; server.metrics) ------------------------------
+# Addresses that may scrape without a token; empty: every scrape authenticates.
+CAIRN_METRICS_ALLOW = env.metrics_allow()
 
 # -- Accounts (README "Security"): failed logins, lockout, SCRAM --------------------------
 CAIRN_ACCOUNTS = {

@@ -33,6 +33,12 @@ authentication, during an exchange, or with a session lifetime); a refused reque
 the connection (logged at INFO). With an ``ssl_context`` the port speaks TLS only (SSL and
 SASL_SSL); a verified client certificate's CN is looked up once per connection.
 
+Instrumentation: :attr:`KafkaListener.observe_request`, when set (``runbroker`` sets it to
+``server.metrics``' histogram), is called with the API key and the seconds from the
+request's dispatch to its answer being queued (a Produce's ``Later``: until it resolves)
+for every request the handlers answer (not SASL's, nor an unsupported version the
+connection refuses itself). :attr:`KafkaListener.connection_count` is the open connections.
+
 A timer task calls the group coordinator's ``tick`` every ``tick_interval_s``; another
 looks for idle connections every ``idle_check_s`` (a quarter of ``idle_ms``, at most a
 second).
@@ -49,6 +55,8 @@ import logging
 import secrets
 import socket
 import ssl
+import time
+from collections.abc import Callable
 
 from mqcore.access.authorizer import CachedDecisions, Subject
 from mqcore.access.backend import AccessBackend
@@ -80,6 +88,8 @@ log = logging.getLogger(__name__)
 READ_BYTES = 1 << 20
 STREAM_LIMIT = 1 << 20  # the transport pauses above twice this, per connection
 MAX_IDLE_CHECK_S = 1.0
+#: ``observe(api_key, seconds)``: one answered request (see the module docstring).
+RequestObserver = Callable[[int, float], None]
 
 
 class _Client:
@@ -185,6 +195,13 @@ class KafkaListener:
         self._idle_checker: asyncio.Task[None] | None = None
         self.budget = BufferBudget(config.max_buffered_bytes)
         self._clients: dict[Flow, _Client] = {}
+        #: Called once per answered request (module docstring); None: nothing measured.
+        self.observe_request: RequestObserver | None = None
+
+    @property
+    def connection_count(self) -> int:
+        """Open client connections (authenticated or not)."""
+        return len(self._clients)
 
     def anonymous_subject(self, peer: HostAddress | None) -> Subject:
         """Who an unauthenticated connection from ``peer`` is: ``User:ANONYMOUS`` with
@@ -349,10 +366,13 @@ class KafkaListener:
         writer: asyncio.StreamWriter,
         correlation_id: int,
         later: Later,
+        api_key: int,
+        started: float,
     ) -> None:
         try:
             response = await later.response
             conn.send_response(correlation_id, response)
+            self._observe(api_key, started)
             self._flush(conn, writer)
             flow.touch(asyncio.get_running_loop().time())
         except Exception:  # the connection is unusable now: its answers would be out of order
@@ -422,17 +442,22 @@ class KafkaListener:
                 client.peer,
                 client.decisions,
             )
+            started = time.perf_counter()
             response = await dispatch(self.ctx, call)
             if isinstance(response, Later):
-                later = self._answer_later(conn, flow, writer, event.correlation_id, response)
+                later = self._answer_later(
+                    conn, flow, writer, event.correlation_id, response, event.api_key, started
+                )
                 task = asyncio.ensure_future(later)
                 pending.add(task)
                 task.add_done_callback(pending.discard)
-            elif event.expects_response:
-                assert response is not None
-                conn.send_response(event.correlation_id, response)
             else:
-                conn.no_response(event.correlation_id)
+                if event.expects_response:
+                    assert response is not None
+                    conn.send_response(event.correlation_id, response)
+                else:
+                    conn.no_response(event.correlation_id)
+                self._observe(event.api_key, started)
             self._flush(conn, writer)
             in_hand -= event.frame_bytes
             self._account(client, in_hand)
@@ -487,6 +512,11 @@ class KafkaListener:
             return False
         self._adopt(client)
         return None
+
+    def _observe(self, api_key: int, started: float) -> None:
+        observe = self.observe_request
+        if observe is not None:
+            observe(api_key, time.perf_counter() - started)
 
     @staticmethod
     def _adopt(client: _Client) -> None:

@@ -119,7 +119,7 @@ def read_run(
     n = _sane(data, positions, sizes[:n], topic.encode(), queue_id)
     if n == 0:
         return None
-    broker.count_gets(n)
+    broker.count_gets(n, topic)
     return RawRun(offset, data, positions[:n], sizes[:n], int(phys[0]), low, high)
 
 

@@ -29,7 +29,7 @@ from typing import Any, NoReturn, TextIO
 
 from mqcore.clock import SystemClock
 from mqcore.errors import CorruptIndexError, MQError, ValidationError
-from mqcore.format.hashing import masked_crc32
+from mqcore.format.body_crc import body_crc
 from mqcore.format.layout import MESSAGE_MAGIC_CODE_V2
 from mqcore.format.record import Blank, Valid, check_record, decode_record
 from mqcore.message import MessageExt
@@ -529,7 +529,7 @@ def message_dict(m: MessageExt, body_bytes: int = DEFAULT_BODY_BYTES) -> dict[st
         "store_size": m.store_size,
         "magic": "V2" if m.magic_code == MESSAGE_MAGIC_CODE_V2 else "V1",
         "body_crc": m.body_crc,
-        "body_crc_ok": masked_crc32(m.body) == m.body_crc,
+        "body_crc_ok": body_crc(m.body) == m.body_crc,
         "flag": m.flag,
         "sys_flag": m.sys_flag,
         "sys_flag_names": _sys_flag_names(m.sys_flag),

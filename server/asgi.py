@@ -15,6 +15,7 @@ from cairn.gc_policy import settle_long_lived  # noqa: E402
 from cairn.handler import OneHopASGIHandler  # noqa: E402
 from cairn.malloc_policy import keep_large_buffers  # noqa: E402
 from cairn.static import StaticFiles  # noqa: E402
+from server.metrics.requests import CountWebsockets  # noqa: E402
 from webui.metrics import sampler  # noqa: E402
 from webui.routing import websocket_application  # noqa: E402
 
@@ -23,11 +24,11 @@ django_http = OneHopASGIHandler()
 
 # Static files: only those the finders list at start, by name (cairn.static says why).
 # WebSocket: origin check (webui.origin), session or ?token= authentication (webui.auth),
-# then the routes (webui.routing).
+# then the routes (webui.routing); open connections counted for /metrics.
 application = ProtocolTypeRouter(
     {
         "http": StaticFiles(django_http),
-        "websocket": websocket_application(),
+        "websocket": CountWebsockets(websocket_application()),
     }
 )
 

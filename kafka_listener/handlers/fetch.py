@@ -310,6 +310,7 @@ def _read_cached(broker: Broker, part: _Part, limit: int, max_records: int, use:
     )
     chunks: list[bytes] = []
     high_watermark = -1
+    served = 0  # records served that no store read counted (the check's pull counts its one)
     for entry, check in found:
         if entry.compression == Compression.ZSTD and not use.zstd:
             break
@@ -328,8 +329,10 @@ def _read_cached(broker: Broker, part: _Part, limit: int, max_records: int, use:
         if entry.end > high_watermark:
             break  # not all of it dispatched yet: the store read serves what is
         chunks.append(entry.data)
+        served += entry.end - entry.base - (1 if check else 0)
     if not chunks:
         return False
+    broker.count_gets(served, topic)  # the delivered-messages figures (Broker.status, /metrics)
     part.records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     return True
 

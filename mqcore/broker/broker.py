@@ -419,7 +419,7 @@ class Broker:
             ):
                 break
             result = scan(self.reader, group, topic, queue_id, at, max_count, tags, max_bytes)
-        self._gets.add(len(result.messages))
+        self._gets.add(len(result.messages), topic)
         return result
 
     def pull_records(
@@ -439,14 +439,20 @@ class Broker:
         status = (
             PullStatus.FOUND if got.status is GetStatus.FOUND else _map_status(got.status, offset)
         )
-        self._gets.add(len(got.records))
+        self._gets.add(len(got.records), topic)
         return status, got
 
-    def count_gets(self, count: int) -> None:
-        """Count ``count`` messages read by a front end that reads the store's files itself
-        (the Kafka fetch's run reader), as :meth:`pull_records` counts what it returns.
-        Thread-safe."""
-        self._gets.add(count)
+    def count_gets(self, count: int, topic: str) -> None:
+        """Count ``count`` messages of ``topic`` read by a front end that reads the store's
+        files itself (the Kafka fetch's run reader) or serves them from its own copy (the
+        Kafka fetch's cache of produced batches), as :meth:`pull_records` counts what it
+        returns. Thread-safe."""
+        self._gets.add(count, topic)
+
+    def delivered_by_topic(self) -> dict[str, int]:
+        """Messages returned by pulls and fetches since start, by topic (``status()``'s
+        ``get_total`` split up). Thread-safe."""
+        return self._gets.totals_by_key()
 
     def _ready_queues(self, refs: Sequence[QueueRef]) -> list[QueueRef]:
         return [ref for ref in refs if self._has_data(ref[0], ref[1], ref[2])]

@@ -1,5 +1,9 @@
 """Per-second counters averaged over the last minute (messages put / got per second).
 
+A counter also keeps its total since start per key (the broker keys gets by topic: the
+messages delivered per topic that ``/metrics`` exposes), under the same lock as the
+buckets, so counting by key costs one dict update, not a second lock.
+
 One-second buckets in a ring of 61 (the 60 seconds averaged plus the current one), indexed by
 ``now_ms // 1000``; a bucket is reset when its second comes round again. ``rate()`` averages the 60 seconds before the current one, so
 a half-filled current second does not pull the figure down. Thread-safe.
@@ -23,9 +27,11 @@ class RateCounter:
         self._lock = threading.Lock()
         self._counts = [0] * _SLOTS
         self._seconds = [-1] * _SLOTS
+        self._by_key: dict[str, int] = {}
         self.total = 0
 
-    def add(self, count: int = 1) -> None:
+    def add(self, count: int = 1, key: str | None = None) -> None:
+        """Count ``count`` events now, and towards ``key``'s total when one is given."""
         second = self._clock.now_ms() // 1000
         slot = second % _SLOTS
         with self._lock:
@@ -34,6 +40,13 @@ class RateCounter:
                 self._counts[slot] = 0
             self._counts[slot] += count
             self.total += count
+            if key is not None:
+                self._by_key[key] = self._by_key.get(key, 0) + count
+
+    def totals_by_key(self) -> dict[str, int]:
+        """Each key's total since start (a copy)."""
+        with self._lock:
+            return dict(self._by_key)
 
     def rate(self) -> float:
         """Events per second over the 60 whole seconds before the current one."""

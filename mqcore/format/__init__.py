@@ -21,9 +21,10 @@ Modules (``docs/ARCHITECTURE.md`` has the glossary of the record's field names):
 * ``properties``: property names and the ``name\\x01value\\x02`` encoding of PROPERTIES.
 * ``msgid``: host addresses (BORNHOST, STOREHOSTADDRESS) and the two message ids,
   offsetMsgId and UNIQ_KEY.
-* ``body_crc``: BODYCRC, CRC-32 masked to 31 bits (ISA-L).
-* ``hashing``: Java's ``String.hashCode`` (ConsumeQueue tag codes, IndexFile key hashes), in
-  scalar and vectorised forms.
+* ``chain``: the TOTALSIZE chain walk (record starts), a reference and a vectorised form.
+* ``body_crc``: BODYCRC, CRC-32 masked to 31 bits (ISA-L): every body CRC in Cairn.
+* ``hashing``: Java's ``String.hashCode`` (ConsumeQueue tag codes, IndexFile key hashes), one
+  scalar and one vectorised form.
 * ``delay_levels``: ``messageDelayLevel`` parsing and the tag code of a delayed record (its
   deliver time).
 

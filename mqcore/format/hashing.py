@@ -1,53 +1,59 @@
-"""Java-compatible hashes and checksums used by the store files.
+"""Java's ``String.hashCode``, as the store files use it: one scalar and one vectorised form.
 
 RocketMQ derives two on-disk values from Java's ``String.hashCode()``:
 
 * the ConsumeQueue **tag code** (``(long) TAGS.hashCode()``, spec 3.1), and
-* the IndexFile **key hash** (``abs("topic#key".hashCode())``, spec 4.4).
+* the IndexFile **key hash** (``abs("topic#key".hashCode())``, spec 4.4);
 
-Both must be bit-identical to the JVM's, so Python's randomised ``hash()`` is never used.
+a broker also picks a queue by ``abs(hashCode(sharding key)) % queues``. All must be
+bit-identical to the JVM's, so Python's randomised ``hash()`` is never used.
 ``String.hashCode()`` is the polynomial ``h = 31*h + unit`` over the string's **UTF-16 code
 units** (a character outside the BMP contributes its two surrogates), wrapped to 32 bits and
 read as a signed int::
 
     h(s) = sum(unit[i] * 31**(n-1-i) for i in range(n))  mod 2**32, then signed
 
-The CommitLog body CRC (and the optional property CRC) is zlib's CRC-32 masked to 31 bits
-(spec 0), stored as a non-negative int32.
+Everything here is one of two forms; the rest are readings of their value (signed, ``abs``,
+with a ``topic#`` prefix, cached for tags):
 
-Speed notes (CPython 3.12, one core of the CI box). A plain Python loop costs roughly 60 ns per
-UTF-16 unit, so it is used only for strings of fewer than 8 units. Longer ASCII strings, which
-is what index keys and tags nearly always are, are hashed by CPython's own base conversion:
-write every byte ``u`` as two base-31 digits, ``u = 31*hi + lo`` (``hi <= 4`` for ASCII), then::
+* **Scalar**, :func:`java_hash_u32` (one string). A plain Python loop costs roughly 60 ns per
+  UTF-16 unit, so it is used only for short strings. Longer ASCII strings, which is what
+  index keys and tags nearly always are, are hashed by CPython's own base conversion: write
+  every byte ``u`` as two base-31 digits, ``u = 31*hi + lo`` (``hi <= 4`` for ASCII), then::
 
-    h = 31 * int(hi digits, 31) + int(lo digits, 31)    (mod 2**32)
+      h = 31 * int(hi digits, 31) + int(lo digits, 31)    (mod 2**32)
 
-which is the same polynomial ``sum(u[i] * 31**(n-1-i))``. Both digit strings come from one
-``bytes.translate`` each, so the whole hash is four C calls: ~0.5 us for a 32-character
-UNIQ_KEY against 2.1 us for the dot product it replaces (tests compare both with the spec's
-formula on random strings). ``int()`` is quadratic in the length and refuses more than
-``sys.get_int_max_str_digits()`` digits (640 at the lowest), so strings are cut into chunks
-of at most 256 bytes, combined as ``h = h * 31**len(chunk) + hash(chunk)``. Other strings use
-a C-level dot product (``sum(map(mul, ...))``) with precomputed powers of 31 modulo 2**32
-(short ones the loop). Nothing is cached per string: index keys are mostly unique, so a cache
-would only grow.
+  which is the same polynomial ``sum(u[i] * 31**(n-1-i))``. Both digit strings come from one
+  ``bytes.translate`` each, so the whole hash is four C calls (about 4x faster than a dot
+  product for a 32-character UNIQ_KEY). ``int()`` is quadratic in the length and refuses
+  more than ``sys.get_int_max_str_digits()`` digits (640 at the lowest), so strings are cut
+  into chunks of at most 256 bytes, combined as ``h = h * 31**len(chunk) + hash(chunk)``.
+  Other strings use a C-level dot product (``sum(map(mul, ...))``) with precomputed powers
+  of 31 modulo 2**32 (short ones the loop).
+* **Vectorised**, :func:`_rows_u32` (many ASCII keys at once, for reput's index writes):
+  Horner's rule with numpy, one character column at a time over uint32s (which wrap mod
+  2**32, as Java's int arithmetic does), the keys right-aligned in the rows of a zero-padded
+  grid (leading zeros leave Horner's sum unchanged), so keys of every length go in one pass.
+  A column costs two array operations over all keys: about 10x less a key than one at a
+  time. Keys given as ``str`` are laid into such a grid; groups of fewer than
+  :data:`_LANES_MIN` keys, non-ASCII keys and keys over :data:`_LANES_MAX_UNITS` take the
+  scalar form.
+
+Nothing is cached per key (index keys are mostly unique, so a cache would only grow); tag
+codes are (a small vocabulary), up to :data:`_TAG_CODES_MAX` tags.
 """
 
 from __future__ import annotations
 
 import sys
-import zlib
 from array import array
-from collections import deque
 from collections.abc import Sequence
-from itertools import compress
 from operator import mul
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "ascii_hash_u32",
     "index_hash_array",
     "index_hash_with_prefix",
     "index_hashes_of_grid",
@@ -56,14 +62,13 @@ __all__ = [
     "index_key_hash",
     "java_hash_u32",
     "java_string_hash",
-    "masked_crc32",
     "tag_code",
+    "tag_codes",
 ]
 
 _MASK32 = 0xFFFFFFFF
 _SIGN32 = 0x80000000
-_INT_MIN = -(1 << 31)
-_CRC_MASK = 0x7FFFFFFF
+_LOW31 = 0x7FFFFFFF
 
 # Native-order UTF-16, so that ``array("H", ...)`` yields the code units without swapping.
 _UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
@@ -98,8 +103,8 @@ def _powers(count: int) -> list[int]:
     return table
 
 
-def ascii_hash_u32(data: bytes) -> int:
-    """Java's ``String.hashCode()`` of ASCII text, as an unsigned 32-bit value.
+def _ascii_u32(data: bytes) -> int:
+    """:func:`java_hash_u32` of ASCII text given as bytes (the base-31 conversion above).
 
     Args:
         data: ASCII bytes (every byte < 128; not checked): each byte is one UTF-16 unit.
@@ -127,213 +132,7 @@ def ascii_hash_u32(data: bytes) -> int:
     return h
 
 
-def index_hash_with_prefix(prefix_hash: int, key: str) -> int:
-    """``index_key_hash(prefix + key)`` given ``java_hash_u32(prefix)``.
-
-    Java's hash is a polynomial in 31, so hash(p + k) = hash(p) * 31**len16(k) + hash(k)
-    (mod 2**32), len16 counting UTF-16 code units: ``topic#`` is hashed once per topic.
-
-    Returns:
-        A value in ``[0, 2**31 - 1]``, as :func:`index_key_hash`.
-    """
-    if key.isascii():
-        data = key.encode("ascii")
-        units = len(data)
-        key_hash = ascii_hash_u32(data)
-    else:
-        units = len(key.encode(_UTF16_NATIVE, "surrogatepass")) >> 1
-        key_hash = java_hash_u32(key)
-    power = _POWERS[units] if units < len(_POWERS) else pow(31, units, 1 << 32)
-    return _index_abs((prefix_hash * power + key_hash) & _MASK32)
-
-
-def _index_abs(h: int) -> int:
-    """``Math.abs`` of the signed reading of unsigned ``h``; ``Integer.MIN_VALUE`` gives 0."""
-    return h if h < _SIGN32 else ((1 << 32) - h) & _CRC_MASK
-
-
-# --- many index keys at once ---------------------------------------------------------------------
-#
-# Reput hashes every UNIQ_KEY and business key of every message (two or more keys a message).
-# One key at a time costs ~0.7 us on the CI box, most of it interpreter overhead around four
-# C calls. index_hashes_with_prefix runs Horner's rule for a whole group of equal-length keys
-# at once with numpy, one character column at a time over uint32s (which wrap mod 2**32, as
-# Java's int arithmetic does):
-#
-#     H = prefix hashes, one per key
-#     for each character column i:    H = H * 31 + column_i      (mod 2**32)
-#
-# then Math.abs element-wise. A column costs two array operations over the group: ~75-95 ns
-# a key in all for 16-32-character keys in groups of 4096, against ~190-320 ns for the
-# big-int lanes this replaced and ~0.7-1.0 us one at a time. Groups below _LANES_MIN keys,
-# keys longer than _LANES_MAX_UNITS and non-ASCII keys take index_hash_with_prefix.
-
-_LANES_MIN = 48
-_LANES_MAX_UNITS = 256
-_THIRTY_ONE = np.uint32(31)
-_SIGN = np.uint32(1 << 31)
-_ABS_MASK = np.uint32(_CRC_MASK)
-
-
-def index_hashes_with_prefix(prefix_hashes: Sequence[int], keys: Sequence[str]) -> list[int]:
-    """``index_hash_with_prefix(prefix_hashes[j], keys[j])`` for every ``j``, in one pass.
-
-    Args:
-        prefix_hashes: ``java_hash_u32`` of each key's prefix (``topic#``), each < 2**32.
-        keys: the keys, same length as ``prefix_hashes``.
-
-    Returns:
-        The index key hashes, in the order of ``keys``.
-    """
-    count = len(keys)
-    if count < _LANES_MIN:
-        return list(map(index_hash_with_prefix, prefix_hashes, keys))
-    lengths = list(map(len, keys))
-    joined = "".join(keys)
-    length = lengths[0]
-    if length <= _LANES_MAX_UNITS and lengths.count(length) == count and joined.isascii():
-        # Reput's usual group: one length (UNIQ_KEYs; business keys of one shape).
-        same: list[int] = _column_hashes(prefix_hashes, joined.encode("ascii"), length).tolist()
-        return same
-    out = [0] * count
-    if joined.isascii():
-        scalar: list[int] = []
-    else:  # rare: the non-ASCII keys go one by one, the rest by length as usual
-        scalar = list(compress(range(count), map(_not_ascii, keys)))
-        for j in scalar:
-            lengths[j] = -1
-    for length in set(lengths):
-        if length < 0:
-            continue
-        if length == lengths[0] and lengths.count(length) == count:
-            members: list[int] | range = range(count)
-        else:
-            members = list(compress(range(count), map(length.__eq__, lengths)))
-        if len(members) < _LANES_MIN or length > _LANES_MAX_UNITS:
-            scalar.extend(members)
-            continue
-        prefixes = list(map(prefix_hashes.__getitem__, members))
-        group = keys if isinstance(members, range) else list(map(keys.__getitem__, members))
-        hashes = _column_hashes(prefixes, "".join(group).encode("ascii"), length).tolist()
-        deque(map(out.__setitem__, members, hashes), maxlen=0)  # scatter back, in C
-    for j in scalar:
-        out[j] = index_hash_with_prefix(prefix_hashes[j], keys[j])
-    return out
-
-
-def index_hash_array(prefix_hash: int, keys: Sequence[str]) -> npt.NDArray[np.int64]:
-    """:func:`index_hashes_with_prefix` for keys of one topic (``prefix_hash``), as an int64
-    array: reput's columns then stay arrays to the index file (``index_bulk.py``). Keys of
-    one length go straight from the column scheme, with no int object per key."""
-    count = len(keys)
-    if count >= _LANES_MIN:
-        joined = "".join(keys)
-        length = len(keys[0])
-        if length <= _LANES_MAX_UNITS and len(joined) == length * count and joined.isascii():
-            if _all_of_length(keys, length):
-                return _column_hashes([prefix_hash] * count, joined.encode("ascii"), length).astype(
-                    np.int64
-                )
-    return np.array(index_hashes_with_prefix([prefix_hash] * count, keys), np.int64)
-
-
-def _all_of_length(keys: Sequence[str], length: int) -> bool:
-    lengths = list(map(len, keys))
-    return lengths.count(length) == len(lengths)
-
-
-def _not_ascii(key: str) -> bool:
-    return not key.isascii()
-
-
-def _column_hashes(
-    prefix_hashes: Sequence[int], text: bytes, length: int
-) -> npt.NDArray[np.uint32]:
-    """Index hashes of ``len(prefix_hashes)`` ASCII keys of ``length`` bytes each, stored
-    back to back in ``text`` (the column scheme described above)."""
-    grid = np.frombuffer(text, np.uint8).reshape(len(prefix_hashes), length)
-    return _grid_hashes(prefix_hashes, grid)
-
-
-def index_hashes_of_grid(prefix_hash: int, grid: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
-    """:func:`index_hash_array` for ASCII keys given as the rows of ``grid`` (one key a row,
-    all of one length: ``key_column.FixedKeys``), with no ``str`` made.
-
-    Args:
-        prefix_hash: ``java_hash_u32`` of the keys' prefix (``topic#``).
-        grid: ``(count, length)`` uint8, every byte < 128 (not checked), ``length >= 1``.
-
-    Returns:
-        The index key hashes, one per row.
-    """
-    if not len(grid):
-        return np.zeros(0, np.int64)
-    return _grid_hashes([prefix_hash] * len(grid), grid).astype(np.int64)
-
-
-def index_hashes_of_ragged(
-    prefix_hash: int, grid: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]
-) -> npt.NDArray[np.int64]:
-    """:func:`index_hashes_of_grid` for ASCII keys of several lengths, right-aligned in the
-    rows of ``grid`` and zero-padded on the left (``key_column.RaggedKeys``).
-
-    Horner's rule from 0 over a row gives hash(key) whatever zeros come first; the prefix
-    then adds ``prefix_hash * 31**len(key)``. One pass over the widest key's columns hashes
-    every length at once, where grouping by length (index_hash_array) cost ~0.3 us a key
-    for ``order-{i}`` keys of 7-10 characters (CI box).
-
-    Args:
-        prefix_hash: ``java_hash_u32`` of the keys' prefix (``topic#``).
-        grid: ``(count, width)`` uint8, every byte < 128 (not checked).
-        lengths: each key's length, ``1..width``.
-
-    Returns:
-        The index key hashes, one per row.
-    """
-    count, width = grid.shape
-    if not count:
-        return np.zeros(0, np.int64)
-    powers = np.array(_powers(width + 1)[: width + 1], np.uint32)  # 31**k mod 2**32
-    lanes = powers[lengths] * np.uint32(prefix_hash)
-    hashes = np.zeros(count, np.uint32)
-    for column in grid.T.astype(np.uint32):
-        hashes *= _THIRTY_ONE
-        hashes += column
-    lanes += hashes
-    negative = lanes >= _SIGN
-    lanes[negative] = (np.uint32(0) - lanes[negative]) & _ABS_MASK
-    return lanes.astype(np.int64)
-
-
-def _grid_hashes(
-    prefix_hashes: Sequence[int], grid: npt.NDArray[np.uint8]
-) -> npt.NDArray[np.uint32]:
-    """Index hashes of the ASCII keys in the rows of ``grid``, one prefix hash a row.
-
-    The characters every key starts with are hashed once: hash(prefix + common + rest) =
-    hash(prefix + common) * 31**len(rest) + hash(rest), so the columns start from
-    hash(prefix + common) at column ``len(common)``. UNIQ_KEYs of one producer share ~28 of
-    their 32 characters, business keys often a long stem."""
-    count, length = grid.shape
-    same = (grid == grid[0]).all(axis=0)  # the columns every key agrees on
-    skip = length if same.all() else int(same.argmin())
-    first = prefix_hashes[0]
-    if prefix_hashes.count(first) == count:
-        lanes = np.full(count, first, np.uint32)
-    else:
-        lanes = np.array(prefix_hashes, np.uint32)
-    if skip:
-        lanes *= np.uint32(pow(31, skip, 1 << 32))
-        lanes += np.uint32(ascii_hash_u32(grid[0, :skip].tobytes()))
-    # One row per character column (a contiguous copy: each step then reads one row).
-    columns = grid[:, skip:].T.astype(np.uint32)
-    for column in columns:
-        lanes *= _THIRTY_ONE
-        lanes += column
-    # _index_abs: negative readings (bit 31 set) become (2**32 - h) & 0x7FFFFFFF.
-    negative = lanes >= _SIGN
-    lanes[negative] = (np.uint32(0) - lanes[negative]) & _ABS_MASK
-    return lanes
+# --- the scalar form and its readings -------------------------------------------------------------
 
 
 def java_hash_u32(s: str) -> int:
@@ -346,7 +145,7 @@ def java_hash_u32(s: str) -> int:
         The hash modulo ``2**32``; ``0`` for the empty string.
     """
     if s.isascii():
-        return ascii_hash_u32(s.encode("ascii"))
+        return _ascii_u32(s.encode("ascii"))
     units = array("H", s.encode(_UTF16_NATIVE, "surrogatepass"))
     count = len(units)
     if count <= _LOOP_MAX_UNITS:
@@ -380,19 +179,197 @@ def index_key_hash(key: str) -> int:
     Returns:
         A value in ``[0, 2**31 - 1]``.
     """
-    h = java_string_hash(key)
-    if h == _INT_MIN:
-        return 0
-    return -h if h < 0 else h
+    return _index_abs(java_hash_u32(key))
+
+
+def index_hash_with_prefix(prefix_hash: int, key: str) -> int:
+    """``index_key_hash(prefix + key)`` given ``java_hash_u32(prefix)``.
+
+    Java's hash is a polynomial in 31, so hash(p + k) = hash(p) * 31**len16(k) + hash(k)
+    (mod 2**32), len16 counting UTF-16 code units: ``topic#`` is hashed once per topic.
+
+    Returns:
+        A value in ``[0, 2**31 - 1]``, as :func:`index_key_hash`.
+    """
+    if key.isascii():
+        units = len(key)
+        key_hash = _ascii_u32(key.encode("ascii"))
+    else:
+        units = len(key.encode(_UTF16_NATIVE, "surrogatepass")) >> 1
+        key_hash = java_hash_u32(key)
+    power = _POWERS[units] if units < len(_POWERS) else pow(31, units, 1 << 32)
+    return _index_abs((prefix_hash * power + key_hash) & _MASK32)
+
+
+def _index_abs(h: int) -> int:
+    """``Math.abs`` of the signed reading of unsigned ``h``; ``Integer.MIN_VALUE`` gives 0."""
+    return h if h < _SIGN32 else ((1 << 32) - h) & _LOW31
+
+
+# Tag codes by tag: a small vocabulary, so one lookup instead of a hash. None and "" (no
+# TAGS) are code 0, so a column of tags maps in one pass with ``map(_TAG_CODES.get, ...)``.
+_TAG_CODES: dict[str | None, int] = {None: 0, "": 0}
+_TAG_CODES_MAX = 4096
 
 
 def tag_code(tags: str | None) -> int:
     """ConsumeQueue tag code of a ``TAGS`` value (spec 3.1): its hash, or 0 when absent/empty."""
-    if not tags:
-        return 0
-    return java_string_hash(tags)
+    code = _TAG_CODES.get(tags)
+    if code is None:
+        code = java_string_hash(tags)  # type: ignore[arg-type]  # None is in the cache
+        if len(_TAG_CODES) < _TAG_CODES_MAX:
+            _TAG_CODES[tags] = code
+    return code
 
 
-def masked_crc32(data: bytes | bytearray | memoryview) -> int:
-    """RocketMQ's ``UtilAll.crc32``: zlib CRC-32 masked to 31 bits, so always ``>= 0``."""
-    return zlib.crc32(data) & _CRC_MASK
+def tag_codes(tags: Sequence[str | None]) -> list[int]:
+    """:func:`tag_code` of each of ``tags`` (reput's column of a run)."""
+    codes = list(map(_TAG_CODES.get, tags))
+    if None in codes:
+        return list(map(tag_code, tags))
+    return codes  # type: ignore[return-value]  # None ruled out
+
+
+# --- the vectorised form --------------------------------------------------------------------------
+
+_LANES_MIN = 48
+_LANES_MAX_UNITS = 256
+_THIRTY_ONE = np.uint32(31)
+_SIGN = np.uint32(1 << 31)
+_ABS_MASK = np.uint32(_LOW31)
+
+type _U32 = npt.NDArray[np.uint32]
+type _I64 = npt.NDArray[np.int64]
+
+
+def _rows_u32(prefixes: int | _U32, grid: npt.NDArray[np.uint8], lengths: _I64 | None) -> _U32:
+    """``java_hash_u32(prefix + key)`` of the ASCII keys right-aligned in the rows of ``grid``.
+
+    Args:
+        prefixes: ``java_hash_u32`` of the keys' prefix (``topic#``): one, or one per row.
+        grid: ``(count, width)`` uint8, ``count >= 1``, every byte < 128 (not checked), each
+            key in the last ``length`` columns of its row, zeros before it.
+        lengths: each key's length, ``0..width``; None when every key is ``width`` long.
+
+    Horner's rule from 0 over a row gives hash(key) whatever zeros come first, and
+    hash(prefix + key) = hash(prefix) * 31**len(key) + hash(key). The columns every row agrees
+    on are hashed once when the keys have one length (UNIQ_KEYs of one producer share ~28 of
+    their 32 characters, business keys often a long stem): the rows start from that hash at
+    the first column that differs.
+    """
+    count, width = grid.shape
+    skip = 0
+    if lengths is None:  # right-aligned keys of several lengths seldom agree on a column
+        same = (grid == grid[0]).all(axis=0)  # the columns every key agrees on
+        skip = width if same.all() else int(same.argmin())
+    lanes = np.full(count, _ascii_u32(grid[0, :skip].tobytes()), np.uint32)
+    # One row per character column (a contiguous copy: each step then reads one row).
+    for column in grid[:, skip:].T.astype(np.uint32):
+        lanes *= _THIRTY_ONE
+        lanes += column
+    if lengths is None and isinstance(prefixes, int):
+        lanes += np.uint32(prefixes * pow(31, width, 1 << 32) & _MASK32)
+    elif lengths is None:
+        lanes += prefixes * np.uint32(pow(31, width, 1 << 32))
+    else:
+        shifts = np.array(_powers(width + 1)[: width + 1], np.uint32)[lengths]
+        lanes += shifts * (np.uint32(prefixes) if isinstance(prefixes, int) else prefixes)
+    return lanes
+
+
+def _index_abs_array(lanes: _U32) -> _I64:
+    """:func:`_index_abs` of each of ``lanes``, as int64 (modifies ``lanes``)."""
+    negative = lanes >= _SIGN
+    lanes[negative] = (np.uint32(0) - lanes[negative]) & _ABS_MASK
+    return lanes.astype(np.int64)
+
+
+def index_hashes_of_grid(prefix_hash: int, grid: npt.NDArray[np.uint8]) -> _I64:
+    """:func:`index_hash_with_prefix` of ASCII keys of one length given as the rows of
+    ``grid`` (``key_column.FixedKeys``), with no ``str`` made.
+
+    Args:
+        prefix_hash: ``java_hash_u32`` of the keys' prefix (``topic#``).
+        grid: ``(count, length)`` uint8, every byte < 128 (not checked).
+
+    Returns:
+        The index key hashes, one per row.
+    """
+    if not len(grid):
+        return np.zeros(0, np.int64)
+    return _index_abs_array(_rows_u32(prefix_hash, grid, None))
+
+
+def index_hashes_of_ragged(prefix_hash: int, grid: npt.NDArray[np.uint8], lengths: _I64) -> _I64:
+    """:func:`index_hashes_of_grid` for ASCII keys of several lengths, right-aligned in the
+    rows of ``grid`` and zero-padded on the left (``key_column.RaggedKeys``).
+
+    Args:
+        prefix_hash: ``java_hash_u32`` of the keys' prefix (``topic#``).
+        grid: ``(count, width)`` uint8, every byte < 128 (not checked).
+        lengths: each key's length, ``1..width``.
+
+    Returns:
+        The index key hashes, one per row.
+    """
+    if not len(grid):
+        return np.zeros(0, np.int64)
+    return _index_abs_array(_rows_u32(prefix_hash, grid, lengths))
+
+
+def index_hashes_with_prefix(prefix_hashes: Sequence[int], keys: Sequence[str]) -> list[int]:
+    """``index_hash_with_prefix(prefix_hashes[j], keys[j])`` for every ``j``, in one pass.
+
+    Args:
+        prefix_hashes: ``java_hash_u32`` of each key's prefix (``topic#``), each < 2**32.
+        keys: the keys, same length as ``prefix_hashes``.
+
+    Returns:
+        The index key hashes, in the order of ``keys``.
+    """
+    if len(keys) < _LANES_MIN:
+        return list(map(index_hash_with_prefix, prefix_hashes, keys))
+    hashes: list[int] = _keys_hashes(prefix_hashes, keys).tolist()
+    return hashes
+
+
+def index_hash_array(prefix_hash: int, keys: Sequence[str]) -> _I64:
+    """:func:`index_hashes_with_prefix` for keys of one topic (``prefix_hash``), as an int64
+    array: reput's columns then stay arrays to the index file (``index_bulk.py``)."""
+    if len(keys) < _LANES_MIN:
+        return np.array([index_hash_with_prefix(prefix_hash, key) for key in keys], np.int64)
+    return _keys_hashes(prefix_hash, keys)
+
+
+def _keys_hashes(prefix: int | Sequence[int], keys: Sequence[str]) -> _I64:
+    """Index hashes of ``keys`` (``len(keys) >= 1``), with one prefix hash or one per key:
+    the regular keys (ASCII, at most :data:`_LANES_MAX_UNITS`) laid into one grid, the others
+    one by one."""
+    count = len(keys)
+    joined = "".join(keys)
+    lengths = list(map(len, keys))
+    width = lengths[0]
+    one_length = lengths.count(width) == count
+    if not one_length:
+        width = max(lengths)
+    if joined.isascii() and width <= _LANES_MAX_UNITS:
+        prefixes = prefix if isinstance(prefix, int) else np.array(prefix, np.uint32)
+        text = np.frombuffer(joined.encode("ascii"), np.uint8)
+        if one_length:  # reput's usual column (UNIQ_KEYs)
+            return _index_abs_array(_rows_u32(prefixes, text.reshape(count, width), None))
+        sizes = np.array(lengths, np.int64)
+        grid = np.zeros((count, width), np.uint8)
+        # Key j's bytes go to the last sizes[j] cells of row j.
+        row_end = np.arange(1, count + 1, dtype=np.int64) * width
+        shift = np.repeat(row_end - np.cumsum(sizes), sizes)
+        grid.reshape(-1)[np.arange(len(text), dtype=np.int64) + shift] = text
+        return _index_abs_array(_rows_u32(prefixes, grid, sizes))
+    # Rare: the regular keys as above, the others one by one.
+    each = [prefix] * count if isinstance(prefix, int) else prefix
+    regular = [j for j, key in enumerate(keys) if key.isascii() and len(key) <= _LANES_MAX_UNITS]
+    out = np.empty(count, np.int64)
+    if regular:
+        out[regular] = _keys_hashes([each[j] for j in regular], [keys[j] for j in regular])
+    for j in sorted(set(range(count)).difference(regular)):
+        out[j] = index_hash_with_prefix(each[j], keys[j])
+    return out

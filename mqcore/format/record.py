@@ -57,7 +57,7 @@ from mqcore.format.delay_levels import (
     parse_delay_levels,
     schedule_deliver_ms,
 )
-from mqcore.format.hashing import java_string_hash
+from mqcore.format.hashing import tag_code
 from mqcore.format.layout import (
     BLANK,
     BLANK_MAGIC_CODE,
@@ -580,11 +580,6 @@ _FAST_DISPATCH_HEADER = REPUT_HEADER_V1_IPV4
 _FAST_HEADER_SIZE = _FAST_DISPATCH_HEADER.size
 assert _FAST_HEADER_SIZE == HEADER_SIZES[0]
 
-# Tag codes by tag. Tags are a small vocabulary (unlike index keys, which are never cached),
-# so a bounded dict pays: a hit is one lookup instead of a Python loop over the characters.
-_TAG_CODES: dict[str, int] = {}
-_TAG_CODES_MAX = 4096
-
 
 class _DispatchBuilder:
     """Same slots, same order, as :class:`DispatchRequest`, but assignable.
@@ -666,10 +661,7 @@ def decode_dispatch(
                 props[name] = value
     get = props.get
     tags = get(PROPERTY_TAGS)
-    tags_code = 0
-    if tags:
-        cached = _TAG_CODES.get(tags)
-        tags_code = _tags_code_uncached(tags) if cached is None else cached
+    tags_code = tag_code(tags)
     topic = str(buf[topic_pos : topic_pos + topic_length], "utf-8", "replace")
     if topic == SCHEDULE_TOPIC:
         deliver_ms = schedule_deliver_ms(props, store_timestamp, delay_levels_ms)
@@ -734,20 +726,9 @@ def _fill_from_properties(r: Any, delay_levels_ms: Sequence[int]) -> None:
     r.keys = get(PROPERTY_KEYS)
     r.uniq_key = get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     tags = get(PROPERTY_TAGS)
-    tags_code = 0
-    if tags:
-        cached = _TAG_CODES.get(tags)
-        tags_code = _tags_code_uncached(tags) if cached is None else cached
+    tags_code = tag_code(tags)
     if r.topic == SCHEDULE_TOPIC:
         deliver_ms = schedule_deliver_ms(props, r.store_timestamp, delay_levels_ms)
         if deliver_ms is not None:
             tags_code = deliver_ms
     r.tags_code = tags_code
-
-
-def _tags_code_uncached(tags: str) -> int:
-    """Hash ``tags`` (Java ``String.hashCode``) and remember it while the cache has room."""
-    code = java_string_hash(tags)
-    if len(_TAG_CODES) < _TAG_CODES_MAX:
-        _TAG_CODES[tags] = code
-    return code

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mqcore.format.chain import walk
 from mqcore.format.msgid import HostAddress
 from mqcore.format.record import encode_record
-from pipeline.chain import chain
 from pipeline.segments import (
     WalkState,
     _crc_ok,
@@ -49,9 +49,8 @@ def per_record(data: bytes, positions: array[int], end: int) -> int:
 
 
 def chain_of(data: bytes) -> tuple[array[int], int]:
-    positions = array("i")
-    end = chain(data, len(data) - 4, 0, positions)
-    return positions, end
+    starts, end = walk(data, 0, len(data) - 3, base=0)
+    return array("i", starts.tolist()), end
 
 
 @pytest.mark.parametrize("flip", [None, 0, 1, 3, 5, 60, 199])

@@ -60,7 +60,7 @@ from mqcore.format.hashing import (
     index_hashes_of_grid,
     index_hashes_of_ragged,
     index_hashes_with_prefix,
-    java_string_hash,
+    java_hash_u32,
 )
 from mqcore.store.index import index_bulk
 from mqcore.store.index.index_file import IndexFile
@@ -87,7 +87,6 @@ KEY_SEPARATOR: Final = " "  # MessageConst.KEY_SEPARATOR
 _NAME_DIGITS: Final = 17
 _NAME_FORMAT: Final = "%Y%m%d%H%M%S"
 
-_MASK32: Final = 0xFFFFFFFF
 _PREFIX_CACHE_LIMIT: Final = 10_000
 
 log = logging.getLogger(__name__)
@@ -585,7 +584,7 @@ class IndexService:
     def _cache_prefix(self, topic: str) -> int:
         if len(self._prefix_hashes) >= _PREFIX_CACHE_LIMIT:
             self._prefix_hashes.clear()
-        prefix_hash = java_string_hash(topic + "#") & _MASK32
+        prefix_hash = java_hash_u32(topic + "#")
         self._prefix_hashes[topic] = prefix_hash
         return prefix_hash
 
@@ -659,7 +658,7 @@ class IndexService:
         newest = files[-1]
         last_timestamp = newest.end_timestamp
         last_phys_offset = newest.end_phys_offset
-        key_hash = index_hash_with_prefix(java_string_hash(topic + "#") & _MASK32, key)
+        key_hash = index_hash_with_prefix(java_hash_u32(topic + "#"), key)
         offsets: list[int] = []
         for f in reversed(files):
             if f.is_time_matched(begin_ms, end_ms):

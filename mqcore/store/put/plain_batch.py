@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mqcore.errors import MessageIllegalError, ValidationError
-from mqcore.format.body_crc import BODY_CRC_MASK, crc32
+from mqcore.format.body_crc import BODY_CRC_MASK, body_crc_array, body_crcs, crc32
 from mqcore.format.layout import (
     ENCODE_HEADERS,
     HOST_BYTES,
@@ -328,8 +328,7 @@ def encode_plain_columns(
         if count >= MIN_GRID_RECORDS:
             keys_text = _grid_keys(columns, len(uniq_head))
             if keys_text is not None:
-                crcs = np.fromiter(map(crc32, bodies), np.int64, count)
-                crcs &= BODY_CRC_MASK
+                crcs = body_crc_array(bodies, count)
                 template = header.pack(
                     0, magic, 0, queue_id, 0, 0, 0, variant << 4, 0, born, store_timestamp,
                     store, 0, 0, 0,
@@ -367,7 +366,7 @@ def encode_plain_columns(
         starts = list(accumulate(sizes, initial=phys_offset))
         end = starts.pop()
         queue_offsets = list(range(queue_offset, queue_offset + count))
-        crc_list = [crc32(body) & BODY_CRC_MASK for body in bodies]  # ~30 ns less than two maps
+        crc_list = body_crcs(bodies)
         headers = list(
             map(
                 header.pack, sizes, repeat(magic), crc_list, repeat(queue_id),

@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from mqcore.format.chain import walk
 from mqcore.format.delay_levels import SCHEDULE_TOPIC
-from mqcore.format.hashing import java_string_hash
+from mqcore.format.hashing import tag_code, tag_codes
 from mqcore.format.layout import (
     HEADER_SIZES,
     HOST_V6_FLAGS,
-    INT32,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
     PROPERTIES_LENGTH,
@@ -125,8 +125,6 @@ _TAGS_ROW = _NUMBER_NAMES.index("")
 assert len(_NUMBER_NAMES) == NUMBER_FIELDS
 assert PROPERTIES_LENGTH.format == ">h"
 _PROPERTIES_LENGTH_ITEM = np.dtype(">i2")
-assert INT32.format == ">i"
-_INT32_ITEM = np.dtype(">i4")
 
 type _Bytes = npt.NDArray[np.uint8]
 type _Ints = npt.NDArray[np.int64]
@@ -135,10 +133,6 @@ type _Grid = npt.NDArray[np.uint8]
 # How _scan_records ended.
 _GOING, _BLANK, _ENDED = 0, 1, 2
 
-# Tag codes by tag (a small vocabulary, unlike keys): one lookup instead of a hash.
-# No tags (None) is code 0, as _tag_code has it: a run without TAGS maps in one pass too.
-_TAG_CODES: dict[str | None, int] = {None: 0}  # map(get) over a column: None is a miss
-_TAG_CODES_MAX = 4096
 # Topics by their bytes: a decode saved per record (a broker has few topics).
 _TOPICS: dict[bytes, str] = {}
 _TOPICS_MAX = 4096
@@ -193,7 +187,6 @@ def _scan_records(
     unpack_length = PROPERTIES_LENGTH.unpack_from
     append = rows.append
     topics = _TOPICS
-    tag_codes = _TAG_CODES
     for _ in range(budget):
         if pos >= stop:
             break
@@ -225,14 +218,7 @@ def _scan_records(
                             topics[raw_topic] = topic
                     if topic:
                         tags, keys, uniq_key = _properties_of(buf[properties_pos:end])
-                        tags_code = 0
-                        if tags:
-                            cached = tag_codes.get(tags)
-                            if cached is None:
-                                cached = java_string_hash(tags)
-                                if len(tag_codes) < _TAG_CODES_MAX:
-                                    tag_codes[tags] = cached
-                            tags_code = cached
+                        tags_code = tag_code(tags)
                         append(
                             (
                                 topic,
@@ -288,11 +274,11 @@ def _properties_of(raw: bytes) -> tuple[str | None, str | None, str | None]:
 #
 # _scan_records builds ~15 objects per record: the properties decoded and split into segments,
 # their values, a row tuple that the writer then takes apart again. _scan_run leaves all of it
-# to passes over the whole run: the TOTALSIZE chain (_walk: a guessed stride checked with one
-# gather), the headers gathered and checked as numpy columns (_frame_run, ~1 us per record less
-# than a header unpack, checks and slices per record in Python), the topic decoded where it
-# changes, and the properties of all records joined, decoded and split at once
-# (_properties_of_run; joined by numpy when they have one length). The framing checks are
+# to passes over the whole run: the TOTALSIZE chain (mqcore.format.chain.walk), the headers
+# gathered and checked as numpy columns (_frame_run, ~1 us per record less than a header
+# unpack, checks and slices per record in Python), the topic decoded where it changes, and
+# the properties of all records joined, decoded and split at once (_properties_of_run;
+# joined by numpy when they have one length). The framing checks are
 # _scan_records' own; a record off that path ends the run, and _scan_records takes it.
 
 #: What comes before TAGS' value (after the previous record's \x02 and the joiner), before
@@ -322,10 +308,6 @@ _LAST = itemgetter(-1)
 #: 4): keyless Kafka records' scan 0.28 / 0.21 / 0.19 / 0.17 us at 512 / 1024 / 2048 / 4096;
 #: bench/engine's records (TAGS, KEYS, UNIQ_KEY) in all 1.42 / 1.32 / 1.28 / 1.40 us.
 _RUN = range(2048)
-#: _walk guesses a stride this many times at least, then while the last guess held for
-#: _STRETCH_MIN records or more (see there).
-_GUESSES = 4
-_STRETCH_MIN = 16
 
 
 def _scan_run(
@@ -336,8 +318,8 @@ def _scan_run(
     blank record, IPv6 hosts, a V2 or SCHEDULE_TOPIC_XXXX topic, bad framing, the end of
     the written bytes). Same fields as :func:`_scan_records`.
 
-    The TOTALSIZE chain is followed by :func:`_walk`; the framing checks and the header
-    fields of the whole run are numpy passes (:func:`_frame_run`), and the topic is decoded
+    The TOTALSIZE chain is followed by :func:`mqcore.format.chain.walk`; the framing checks
+    and the header fields of the whole run are numpy passes (:func:`_frame_run`), and the topic is decoded
     where it changes.
 
     Returns:
@@ -349,7 +331,9 @@ def _scan_run(
     # The readable bytes from ``pos``, not copied: every array over them is gone when this
     # returns (an mmap cannot be closed while exported).
     window = np.frombuffer(buf, np.uint8, limit - pos, pos)
-    at, reached = _walk(buf, window, pos, stop, limit)
+    at, reached = walk(
+        buf, pos, min(stop, limit - MIN_RECORD_SIZE + 1), end=limit, max_records=len(_RUN)
+    )
     if not len(at):
         return reached, False
     run = _frame_run(window[: reached - pos], at)
@@ -368,63 +352,6 @@ def _scan_run(
     if count:
         _append_run(buf, pos, run, count, changes, out)
     return reached, count == len(_RUN)
-
-
-def _walk(
-    buf: mmap.mmap | bytes, window: _Bytes, pos: int, stop: int, limit: int
-) -> tuple[_Ints, int]:
-    """The TOTALSIZE chain from ``pos`` (``window`` starts there) while the position is before
-    ``stop`` with ``MIN_RECORD_SIZE`` bytes left, and each TOTALSIZE is within
-    ``MIN_RECORD_SIZE..`` the bytes left: at most ``len(_RUN)`` records.
-
-    Records of one size usually come in long stretches (one producer's messages): the chain
-    is guessed as that stride and checked with one gather of the TOTALSIZEs there, and
-    guessed again at the next size (keys ``order-{i}``: a stretch per key length), at least
-    :data:`_GUESSES` times and then while the stretches are long; after that it is followed
-    in Python (~0.17 us a record: reput of 200k Kafka records keyed ``order-{i}`` spent
-    0.036 s of 0.36 s here when only the first stretch was guessed; a guess costs ~3-5 us,
-    ~25 records followed in Python).
-
-    Returns:
-        Each record's position relative to ``pos``, and the position after the last one.
-    """
-    totals_at = np.ndarray((len(window) - 3,), _INT32_ITEM, window, 0, (1,))
-    start = pos
-    stretches: list[_Ints] = []
-    taken = same = 0
-    while taken < len(_RUN) and (len(stretches) < _GUESSES or same >= _STRETCH_MIN):
-        stride = INT32.unpack_from(buf, pos)[0] if limit - pos >= MIN_RECORD_SIZE else 0
-        if pos >= stop or not MIN_RECORD_SIZE <= stride <= limit - pos:
-            break
-        # Record i of the guess starts at i * stride: before stop, MIN_RECORD_SIZE bytes
-        # left at it, and (being stride long) within the bytes left.
-        count = min(
-            len(_RUN) - taken,
-            (min(stop - pos, limit - pos - MIN_RECORD_SIZE + 1) + stride - 1) // stride,
-            (limit - pos) // stride,
-        )
-        guess = np.arange(pos - start, pos - start + count * stride, stride, dtype=np.int64)
-        same = _leading(totals_at[guess] == stride)
-        stretches.append(guess[:same])
-        taken += same
-        pos += same * stride
-    at = np.concatenate(stretches) if stretches else np.zeros(0, np.int64)
-    if taken == len(_RUN) or not stretches:
-        return at, pos
-    starts: list[int] = []
-    append = starts.append
-    total_of = INT32.unpack_from
-    for _ in range(len(_RUN) - taken):
-        if pos >= stop or limit - pos < MIN_RECORD_SIZE:
-            break
-        total = total_of(buf, pos)[0]
-        if not MIN_RECORD_SIZE <= total <= limit - pos:
-            break
-        append(pos - start)
-        pos += total
-    if starts:
-        at = np.concatenate((at, np.array(starts, np.int64)))
-    return at, pos
 
 
 class _Run:
@@ -592,13 +519,10 @@ def _append_run(
     for row, name in enumerate(_NUMBER_NAMES):
         if name:
             numbers[row] = heads[name]
-    if tags.count(None) == count:  # no TAGS (a Kafka run): code 0, as _tag_code has it
+    if tags.count(None) == count:  # no TAGS (a Kafka run): code 0, as tag_code has it
         numbers[_TAGS_ROW] = 0
     else:
-        tags_codes = list(map(_TAG_CODES.get, tags))
-        if None in tags_codes:
-            tags_codes = list(map(_tag_code, tags))
-        numbers[_TAGS_ROW] = tags_codes  # type: ignore[assignment]  # None ruled out
+        numbers[_TAGS_ROW] = tag_codes(tags)
     out.add_run(numbers, changes, keys, uniq_keys)
 
 
@@ -610,18 +534,6 @@ def _cache_topic(raw: bytes) -> str | None:
     if len(_TOPICS) < _TOPICS_MAX:
         _TOPICS[raw] = topic
     return topic
-
-
-def _tag_code(tags: str | None) -> int:
-    """The tag code _scan_records gives ``tags`` (and remembered)."""
-    if not tags:
-        return 0
-    code = _TAG_CODES.get(tags)
-    if code is None:
-        code = java_string_hash(tags)
-        if len(_TAG_CODES) < _TAG_CODES_MAX:
-            _TAG_CODES[tags] = code
-    return code
 
 
 def _properties_of_run(

@@ -44,6 +44,7 @@ from kafka_listener.flow import DEFAULT_IDLE_MS, DEFAULT_MAX_BUFFERED_BYTES
 from kafka_listener.handlers import ListenerConfig
 from kafka_listener.server import KafkaListener
 from mqcore.errors import MQError
+from server.metrics.requests import watch_kafka
 from webui.routing import MAX_MESSAGE_BYTES
 
 
@@ -226,6 +227,7 @@ class Command(BaseCommand):
             scram_fake_key=fake_key.digest(),
             scram_fake_iterations=int(settings.CAIRN_ACCOUNTS["SCRAM_ITERATIONS"]),
         )
+        watch_kafka(listener)  # request latencies and connections for GET /metrics
 
         def failed(failure: Any) -> None:
             # Not fatal: HTTP keeps serving (the Kafka port is an extra, on by default, and

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from mqcore.errors import CorruptRecordError, MessageIllegalError, ValidationError
 from mqcore.format import record as F
-from mqcore.format.hashing import java_string_hash, masked_crc32
+from mqcore.format.body_crc import body_crc
+from mqcore.format.hashing import java_string_hash
 from mqcore.format.msgid import HostAddress, encode_host
 from mqcore.format.properties import decode_properties, encode_properties
 from mqcore.format.record import (
@@ -119,7 +120,7 @@ def test_v1_ipv4_field_offsets() -> None:
 
     assert at("i", 0) == len(data) == 91 + len(body) + len(topic) + len(props)
     assert at("i", 4) == F.MESSAGE_MAGIC_CODE
-    assert at("i", 8) == masked_crc32(body) == 1774740973
+    assert at("i", 8) == body_crc(body) == 1774740973
     assert at("i", 12) == 3
     assert at("i", 16) == 7
     assert at("q", 20) == 1234
@@ -457,7 +458,7 @@ def test_decode_record_fields() -> None:
     message = decode_record(data, 0)
     assert message.store_size == len(data)
     assert message.magic_code == F.MESSAGE_MAGIC_CODE
-    assert message.body_crc == masked_crc32(b"Hello RocketMQ")
+    assert message.body_crc == body_crc(b"Hello RocketMQ")
     assert (message.queue_id, message.flag, message.queue_offset) == (3, 7, 1234)
     assert (message.phys_offset, message.sys_flag) == (1 << 30, 0)
     assert (message.born_timestamp, message.born_host) == (1_700_000_000_000, BORN)
