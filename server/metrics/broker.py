@@ -1,7 +1,7 @@
 """The broker's live state as Prometheus metrics, read when ``/metrics`` is scraped.
 
 Nothing here counts anything: each scrape asks the running broker what the status endpoint
-and the console's overview ask it (``Broker.status``, ``Broker.group_lag``, the runtime's
+and the console's overview ask it (``Broker.status``, ``BrokerAdmin.group_lag``, the runtime's
 service states, the store's health, the tier's totals), so the figures are the ones those
 pages show, and nothing is paid between scrapes.
 
