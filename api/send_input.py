@@ -19,7 +19,7 @@ property the store writes, which the broker then needs neither to join nor to me
 
 The usual batch itself (every message a text body, maybe with keys) does not even need
 OutgoingMessages: :func:`round_robin_messages` makes the store messages the broker would make
-of them, for ``Broker.send_plain_round_robin`` (``tests/api/test_send_round_robin.py``
+of them, for ``Broker.send``'s fast path (``tests/api/test_send_round_robin.py``
 compares the two); it accepts a subset of what :func:`plain_messages` accepts.
 """
 
@@ -127,7 +127,7 @@ def round_robin_messages(
 ) -> list[Message] | None:
     """The messages of a body whose every message is the usual one (a text body, maybe
     keys; every other field absent) as the store messages ``Broker.send`` would make of
-    :func:`plain_messages`' OutgoingMessages, for ``Broker.send_plain_round_robin``; None
+    :func:`plain_messages`' OutgoingMessages, for ``Broker.send``'s fast path; None
     for any other body (then :func:`plain_messages` decides). The same checks as
     :func:`plain_messages`' usual path, and no OutgoingMessage for the broker to copy."""
     items = _message_items(data, max_messages)

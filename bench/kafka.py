@@ -559,7 +559,7 @@ def broker_in_process(workdir: Path, count: int) -> tuple[float, float, float]:
 
     broker = Broker.open(workdir / "engine-store")
     try:
-        broker.create_topic("engine", read_queue_nums=1, write_queue_nums=1)
+        broker.admin.create_topic("engine", read_queue_nums=1, write_queue_nums=1)
         batch = [OutgoingMessage(VALUE, queue_id=0, born_timestamp=1) for _ in range(1000)]
         started = time.perf_counter()
         for _ in range(count // 1000):

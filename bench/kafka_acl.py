@@ -100,7 +100,7 @@ def serve(root: str, port: int, mode: str, entries: int) -> None:
     from mqcore.services import inline
 
     broker = Broker.open(root)
-    broker.create_topic(TOPIC.replace(".", "|"), read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_topic(TOPIC.replace(".", "|"), read_queue_nums=1, write_queue_nums=1)
     loops = inline.build_service_loops(broker.store)
     for loop in loops:
         loop.start()

@@ -56,7 +56,7 @@ def read_thread_cpu(proc: subprocess.Popen[bytes], path: Path) -> dict[str, floa
 # What each thread of the Cairn process does during the workloads.
 THREAD_ROLES = {
     "MainThread": "asyncio loop: socket, frames, request decode, responses",
-    "asyncio": "to_thread workers: Produce batch decode + Broker.send_plain; Fetch reads",
+    "asyncio": "to_thread workers: Produce batch decode + Broker.send; Fetch reads",
     "cairn-reput": "reput: ConsumeQueue + index dispatch",
     "kafka-read-ahead": "Fetch read-ahead: the next store-path batch",
     "cairn-prefault": "CommitLog pre-faulting",

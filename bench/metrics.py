@@ -147,11 +147,11 @@ def scrape_figures(topics: int, groups: int, scrapes: int) -> None:
         broker = rt.broker
         assert broker is not None
         for t in range(topics):
-            broker.create_topic(f"bench-{t}", read_queue_nums=4, write_queue_nums=4)
+            broker.admin.create_topic(f"bench-{t}", read_queue_nums=4, write_queue_nums=4)
             for q in range(4):
                 broker.send(f"bench-{t}", [OutgoingMessage(body=b"x" * 100, queue_id=q)] * 10)
         for g in range(groups):
-            broker.create_group(f"group-{g}")
+            broker.admin.create_group(f"group-{g}")
             broker.commit_offset(f"group-{g}", f"bench-{g % topics}", 0, 3)
         broker.store.dispatch_until_caught_up()
         times, size = [], 0

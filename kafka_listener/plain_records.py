@@ -6,7 +6,7 @@ gives such a record no properties). For those, the general path builds three obj
 record (a :class:`~kafka_listener.record_codec.Record`, an ``OutgoingMessage``, then the
 broker's ``Message``) and checks each of them on the way; here one pass over the bytes
 builds the store's :class:`~mqcore.message.Message` directly, with the same fields
-``Broker.send`` would give it, for :meth:`Broker.send_plain` (one put for the batch).
+``Broker.send`` would give it, for ``Broker.send``'s fast path (one put for the batch).
 
 :func:`plain_messages` never raises on bad input: anything it does not accept (a record
 with headers, a null or empty value, a key that needs ``__kafka.key``, offset deltas other
@@ -39,7 +39,7 @@ def plain_messages(
     """The store messages of an uncompressed records section whose records are all plain
     (module docstring), or None when any is not or the section is not well formed. Large
     batches come as columns (``PlainColumns``, whose ``to_messages()`` are the messages),
-    which ``Broker.send_plain`` takes as they are.
+    which ``Broker.send`` takes as they are.
 
     ``plain_columns.plain_columns`` decides batches of ``MIN_COLUMN_RECORDS`` records or
     more (the same answer, ~1.5 times faster at 5,000 records, ~190 us a call however

@@ -134,7 +134,7 @@ def group_delete(broker: Broker, group: str, *, remove_offsets: bool = True) -> 
     read again by a group of that name created later."""
     topics = []
     offsets = broker.metadata.offsets
-    for lagged in broker.group_lag(group).queues:
+    for lagged in broker.admin.group_lag(group).queues:
         if not lagged.lag:
             continue
         committed = offsets.query(group, lagged.topic, lagged.queue_id)

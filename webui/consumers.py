@@ -168,7 +168,7 @@ class TraceConsumer(AsyncWebsocketConsumer):
             return
         try:
             if request.topic is not None:
-                await asyncio.to_thread(broker.get_topic, request.topic)
+                await asyncio.to_thread(broker.admin.get_topic, request.topic)
                 topics = [request.topic]
             else:
                 topics = await asyncio.to_thread(traceable_topics, broker)

@@ -252,7 +252,7 @@ def run(
                 yield {"type": "error", "detail": f"you may not read topic {query.topic}",
                        "field": "topic"}  # fmt: skip
                 return
-            broker.get_topic(query.topic)
+            broker.admin.get_topic(query.topic)
         searches = {"id": _by_id, "key": _by_key, "time": _by_time, "queue": _by_queue}
         yield from searches[query.mode](broker, query, may_read)
     except MQError as exc:
@@ -339,7 +339,7 @@ def _resume_cursor(
     if page_cursor:
         offsets = decode_cursor(page_cursor, query.topic, query.begin, query.end)
     else:  # the page was the last one: queues without a message left are at their end
-        offsets = {q.queue_id: q.max_offset for q in broker.topic_status(query.topic).queues}
+        offsets = {q.queue_id: q.max_offset for q in broker.admin.topic_status(query.topic).queues}
     for message in rest:
         queue = message.queue_id
         offsets[queue] = min(offsets.get(queue, message.queue_offset), message.queue_offset)
@@ -347,7 +347,7 @@ def _resume_cursor(
 
 
 def _by_queue(broker: Broker, query: SearchQuery, may_read: TopicCheck) -> Iterator[dict[str, Any]]:
-    queue_ids = [q.queue_id for q in broker.topic_status(query.topic).queues]
+    queue_ids = [q.queue_id for q in broker.admin.topic_status(query.topic).queues]
     if query.queue_id not in queue_ids:  # else "complete", as if the queue were only empty
         count = len(queue_ids)
         yield {

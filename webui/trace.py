@@ -189,7 +189,7 @@ def error_frame(code: str, detail: str, *, field: str = "", rule: str = "") -> d
 def traceable_topics(broker: Broker) -> list[str]:
     """Topics a topic-less trace watches: every topic but the broker's internal ones (retry
     and DLQ topics are kept: their copies carry the same keys)."""
-    return [t.name for t in broker.list_topics(include_system=False)]
+    return [t.name for t in broker.admin.list_topics(include_system=False)]
 
 
 def message_payload(message: MessageExt, broker: Broker) -> dict[str, Any]:

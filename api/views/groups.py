@@ -77,7 +77,7 @@ class GroupListView(BrokerView):
         subject, current = subject_of(request), authorizer()
         groups = [
             g
-            for g in self.broker.list_groups()
+            for g in self.broker.admin.list_groups()
             if current.allowed(subject, Operation.DESCRIBE, Resource.group(g.name))
         ]
         return Response(paginate(request, groups, lambda page: [group_dict(g) for g in page]))
@@ -92,7 +92,7 @@ class GroupListView(BrokerView):
         data = self.body(GroupCreateSerializer)
         name = data.pop("name")
         self.mq_field_aliases = {"group_name": "name"}
-        info = self.broker.create_group(name, **data)
+        info = self.broker.admin.create_group(name, **data)
         audit.record(request, "group.create", "group", name, new=_settings(info))
         location = reverse("api:group-detail", kwargs={"group": name})
         return Response(group_dict(info), status=201, headers={"Location": location})
@@ -113,7 +113,7 @@ class GroupDetailView(BrokerView):
         responses=responses({200: GroupSerializer}, *READ),
     )
     def get(self, request: Request, group: str) -> Response:
-        return Response(group_dict(self.broker.get_group(group)))
+        return Response(group_dict(self.broker.admin.get_group(group)))
 
     @extend_schema(
         summary="Change a group's settings",
@@ -124,8 +124,8 @@ class GroupDetailView(BrokerView):
     def patch(self, request: Request, group: str) -> Response:
         require(request, Operation.DESCRIBE, Resource.group(group))
         changes = self.body(GroupUpdateSerializer)
-        old = self.broker.get_group(group)
-        new = self.broker.update_group(group, **changes)
+        old = self.broker.admin.get_group(group)
+        new = self.broker.admin.update_group(group, **changes)
         audit.record(
             request, "group.update", "group", group, old=_settings(old), new=_settings(new)
         )
@@ -149,14 +149,14 @@ class GroupDetailView(BrokerView):
     )
     def delete(self, request: Request, group: str) -> Response:
         flags = self.query(ChangeQuerySerializer)
-        old = self.broker.get_group(group)
+        old = self.broker.admin.get_group(group)
         found = impact.group_delete(self.broker, group)
         if flags["dry_run"]:
             return Response({"dry_run": True, "impact": found})
         if found["at_risk"] and not flags["confirm"]:
             return confirmation_required(found)
         offsets = self.broker.get_offsets(group)
-        self.broker.delete_group(group)
+        self.broker.admin.delete_group(group)
         old_value = {**_settings(old), "offsets": offsets_dict(group, offsets)["offsets"]}
         if found["lag"]:
             old_value["impact"] = found
@@ -176,7 +176,7 @@ class GroupLagView(BrokerView):
     )
     def get(self, request: Request, group: str) -> Response:
         topic = self.query(TopicFilterSerializer).get("topic")
-        return Response(lag_dict(self.broker.group_lag(group, topic)))
+        return Response(lag_dict(self.broker.admin.group_lag(group, topic)))
 
 
 class GroupOffsetsView(BrokerView):
@@ -193,9 +193,9 @@ class GroupOffsetsView(BrokerView):
     )
     def get(self, request: Request, group: str) -> Response:
         topic = self.query(TopicFilterSerializer).get("topic")
-        self.broker.get_group(group)
+        self.broker.admin.get_group(group)
         if topic is not None:
-            self.broker.get_topic(topic)
+            self.broker.admin.get_topic(topic)
         return Response(offsets_dict(group, self.broker.get_offsets(group, topic)))
 
     @extend_schema(
@@ -209,7 +209,7 @@ class GroupOffsetsView(BrokerView):
     )
     def put(self, request: Request, group: str) -> Response:
         entries = self.body(OffsetsSerializer)["offsets"]
-        self.broker.get_group(group)
+        self.broker.admin.get_group(group)
         for topic in dict.fromkeys(entry["topic"] for entry in entries):  # as for a reset
             require(request, Operation.DESCRIBE, Resource.topic(topic))
         for index, entry in enumerate(entries):
@@ -218,7 +218,7 @@ class GroupOffsetsView(BrokerView):
                 "topic_name": f"offsets[{index}].topic",
                 "queue_id": f"offsets[{index}].queue_id",
             }
-            self.broker.queue_status(entry["topic"], entry["queue_id"])
+            self.broker.admin.queue_status(entry["topic"], entry["queue_id"])
         self.mq_field_aliases = {}
         before = self.broker.get_offsets(group)
         for entry in entries:
@@ -242,12 +242,12 @@ class GroupResetView(BrokerView):
     )
     def post(self, request: Request, group: str) -> Response:
         data = self.body(ResetSerializer)
-        self.broker.get_group(group)
+        self.broker.admin.get_group(group)
         # A reset is a commit (group READ, the acl above) on a topic the user may see.
         require(request, Operation.DESCRIBE, Resource.topic(data["topic"]))
         to = data["to"]
         offsets = data.get("offsets")
-        plans = self.broker.reset_offsets(
+        plans = self.broker.admin.reset_offsets(
             group,
             data["topic"],
             to=to if to in ("earliest", "latest") else None,

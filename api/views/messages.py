@@ -9,7 +9,7 @@ another request; it costs one parked thread per waiting request, for at most
 
 A send validates its body with :mod:`api.send_input` first (the serializer only for bodies
 that are not plainly valid, so errors are the serializer's; the usual batch, text bodies and
-keys only, goes to ``Broker.send_plain_round_robin`` as store messages) and writes its audit
+keys only, goes to ``Broker.send`` as plain store messages) and writes its audit
 row with one INSERT (:func:`accounts.audit.record_quickly`); its response is written by
 :mod:`api.send_output` (the bytes DRF's renderer would write, without a dict per message).
 """
@@ -103,10 +103,7 @@ class TopicMessagesView(BrokerView):
             ]
         if len(plain or outgoing) == 1:  # mqcore names a lone message's fields without the index
             self.mq_field_aliases = {name: f"messages[0].{name}" for name in _MESSAGE_FIELDS}
-        if plain is not None:
-            results = self.broker.send_plain_round_robin(topic, plain)
-        else:
-            results = self.broker.send(topic, outgoing, born_host=host)
+        results = self.broker.send(topic, outgoing if plain is None else plain, born_host=host)
         audit.record_quickly(
             request,
             "message.send",
@@ -133,7 +130,7 @@ class TopicMessagesView(BrokerView):
         force = q["body_encoding"] == "base64"
         limit = q.get("limit", DEFAULT_READ_LIMIT)
         mode = q["mode"]
-        self.broker.get_topic(topic)  # 404 first, whatever the mode
+        self.broker.admin.get_topic(topic)  # 404 first, whatever the mode
         if mode == "pull":
             result = self.broker.pull(
                 None,
@@ -231,7 +228,7 @@ class RetryView(BrokerView):
     )
     def post(self, request: Request, group: str, msg_id: str) -> Response:
         data = self.body(RetrySerializer)
-        self.broker.get_group(group)
+        self.broker.admin.get_group(group)
         found = self.broker.get_message(check_msg_id(msg_id))
         if found is not None:  # an unknown message is send_back's 404
             require(request, Operation.WRITE, Resource.topic(copies.home_topic(found)))
@@ -273,7 +270,7 @@ class DlqResendView(BrokerView):
         dlq = dlq_topic_name(group)
         require(request, Operation.DESCRIBE, Resource.group(group))
         require(request, Operation.READ, Resource.topic(dlq))
-        self.broker.get_group(group)
+        self.broker.admin.get_group(group)
         found = None
         if self.broker.metadata.topics.get(dlq) is not None:
             found = copies.find(self.broker.reader, check_msg_id(msg_id), dlq)

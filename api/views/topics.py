@@ -62,7 +62,7 @@ class TopicListView(BrokerView):
     )
     def get(self, request: Request) -> Response:
         q = self.query(TopicListQuerySerializer)
-        topics = self.broker.list_topics()
+        topics = self.broker.admin.list_topics()
         if q.get("kind"):
             topics = [t for t in topics if t.kind in q["kind"]]
         if q.get("search"):
@@ -79,7 +79,7 @@ class TopicListView(BrokerView):
         rows = []
         for info in topics:
             try:
-                status = self.broker.topic_status(info.name)
+                status = self.broker.admin.topic_status(info.name)
             except NotFoundError:  # deleted since it was listed
                 continue
             rows.append(TopicSerializer((info, status)).data)
@@ -97,9 +97,9 @@ class TopicListView(BrokerView):
         name = data.pop("name")
         require(request, Operation.CREATE, Resource.cluster(), Resource.topic(name))
         self.mq_field_aliases = {"topic_name": "name"}
-        info = self.broker.create_topic(name, **data)
+        info = self.broker.admin.create_topic(name, **data)
         audit.record(request, "topic.create", "topic", name, new=info.settings())
-        body = TopicDetailSerializer((info, self.broker.topic_status(name))).data
+        body = TopicDetailSerializer((info, self.broker.admin.topic_status(name))).data
         location = reverse("api:topic-detail", kwargs={"topic": name})
         return Response(body, status=201, headers={"Location": location})
 
@@ -126,8 +126,8 @@ class TopicDetailView(BrokerView):
         responses=responses({200: TopicDetailSerializer}, *READ),
     )
     def get(self, request: Request, topic: str) -> Response:
-        info = self.broker.get_topic(topic)
-        return Response(self._detail(info, self.broker.topic_status(topic)))
+        info = self.broker.admin.get_topic(topic)
+        return Response(self._detail(info, self.broker.admin.topic_status(topic)))
 
     @extend_schema(
         summary="Change a topic's settings",
@@ -143,18 +143,18 @@ class TopicDetailView(BrokerView):
     def patch(self, request: Request, topic: str) -> Response:
         confirm = self.query(ConfirmQuerySerializer)["confirm"]
         changes = self.body(TopicUpdateSerializer)
-        old = self.broker.get_topic(topic)
+        old = self.broker.admin.get_topic(topic)
         found = impact.queue_shrink(
             self.broker, topic, changes.get("read_queue_nums"), changes.get("write_queue_nums")
         )
         if found["at_risk"] and not confirm:
             return confirmation_required(found)
-        new = self.broker.update_topic(topic, **changes)
+        new = self.broker.admin.update_topic(topic, **changes)
         new_value = new.settings()
         if found["at_risk"]:
             new_value["stranded"] = found
         audit.record(request, "topic.update", "topic", topic, old=old.settings(), new=new_value)
-        return Response(self._detail(new, self.broker.topic_status(topic)))
+        return Response(self._detail(new, self.broker.admin.topic_status(topic)))
 
     @extend_schema(
         summary="Delete a topic",
@@ -173,13 +173,13 @@ class TopicDetailView(BrokerView):
     )
     def delete(self, request: Request, topic: str) -> Response:
         flags = self.query(ChangeQuerySerializer)
-        old = self.broker.get_topic(topic)
+        old = self.broker.admin.get_topic(topic)
         found = impact.topic_delete(self.broker, topic)
         if flags["dry_run"]:
             return Response({"dry_run": True, "impact": found})
         if found["at_risk"] and not flags["confirm"]:
             return confirmation_required(found)
-        self.broker.delete_topic(topic)
+        self.broker.admin.delete_topic(topic)
         audit.record(
             request, "topic.delete", "topic", topic, old=old.settings() | {"impact": found}
         )

@@ -121,7 +121,7 @@ def _read(
     if budget <= 0:  # max_bytes reached by earlier partitions: bounds only
         part.records = b""
         try:
-            status = broker.queue_status(part.store_topic, part.partition)
+            status = broker.admin.queue_status(part.store_topic, part.partition)
         except MQError as exc:
             part.error = error_code_for(exc, _READ_ERRORS)
             return
@@ -494,7 +494,7 @@ def _list_one(
         elif ts == EARLIEST:
             reply["offset"] = broker.list_offsets(store_topic, partition, "earliest")
         elif ts >= 0:
-            broker.queue_status(store_topic, partition)  # checks the partition exists
+            broker.admin.queue_status(store_topic, partition)  # checks the partition exists
             reply["offset"], reply["timestamp"] = offset_for_timestamp(
                 broker, store_topic, partition, ts
             )
@@ -504,7 +504,7 @@ def _list_one(
         reply["error_code"] = int(error_code_for(exc, _READ_ERRORS))
     if (
         reply["error_code"] == 0
-        and not 0 <= partition < broker.get_topic(store_topic).read_queue_nums
+        and not 0 <= partition < broker.admin.get_topic(store_topic).read_queue_nums
     ):
         reply.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), offset=-1)
     return reply

@@ -46,7 +46,7 @@ def _offsets_entries(table: dict[str, dict[int, int]]) -> list[dict[str, Any]]:
 
 def _store_group_exists(ctx: KafkaContext, store_group: str) -> bool:
     try:
-        info = ctx.broker.get_group(store_group)
+        info = ctx.broker.admin.get_group(store_group)
     except NotFoundError:
         return False
     return not info.system
@@ -73,7 +73,7 @@ def _delete_stored(ctx: KafkaContext, call: Call, group_id: str, coordinated: bo
     known = coordinated or any(offsets.values())
     if _store_group_exists(ctx, store_group):
         try:
-            ctx.broker.delete_group(store_group)
+            ctx.broker.admin.delete_group(store_group)
         except ValidationError:  # a system group: never a Kafka client's to delete
             return ErrorCode.GROUP_AUTHORIZATION_FAILED
         except NotFoundError:  # deleted meanwhile through another front end
@@ -81,7 +81,7 @@ def _delete_stored(ctx: KafkaContext, call: Call, group_id: str, coordinated: bo
         known = True
     if not known:
         return ErrorCode.GROUP_ID_NOT_FOUND
-    ctx.broker.forget_group_offsets(store_group)
+    ctx.broker.admin.forget_group_offsets(store_group)
     for key in [k for k in ctx.commit_metadata if k[0] == group_id]:
         ctx.commit_metadata.pop(key, None)
     old = {"offsets": _offsets_entries(offsets)}
@@ -147,7 +147,7 @@ def _offset_delete(
             continue
         store_topic = mapping.to_store_topic(name)
         queue_ids = [p["partition_index"] for p in topic["partitions"]]
-        removed = ctx.broker.delete_offsets(store_group, store_topic, queue_ids)
+        removed = ctx.broker.admin.delete_offsets(store_group, store_topic, queue_ids)
         for queue_id in removed:
             ctx.commit_metadata.pop((group_id, name, queue_id), None)
         removed_all += [

@@ -191,7 +191,7 @@ def _commit_one(
         except NotFoundError as exc:
             if exc.field != "group":
                 raise
-            ctx.broker.create_group(store_group)  # groups are not auto-created here
+            ctx.broker.admin.create_group(store_group)  # groups are not auto-created here
             ctx.broker.commit_offset(store_group, info.name, partition, offset)
     except MQError as exc:
         return error_code_for(exc, _COMMIT_ERRORS)
@@ -395,7 +395,7 @@ def _refused_group(group_id: str) -> dict[str, Any]:
 
 def _stored_groups(ctx: KafkaContext) -> list[str]:
     names = []
-    for info in ctx.broker.list_groups():
+    for info in ctx.broker.admin.list_groups():
         name = None if info.system else mapping.from_store_group(info.name)
         if name is not None:
             names.append(name)

@@ -7,10 +7,11 @@ first message's queue offset. Two ways, same stored messages and same answers:
 
 * **plain batches** (no headers, non-empty values, null or text keys: nearly all):
   ``plain_records.plain_messages`` decodes the records straight into store messages
-  (columns, ``PlainColumns``, for batches of 256 records or more) and
-  :meth:`Broker.send_plain` stores them, with no per-record objects in between;
+  (columns, ``PlainColumns``, for batches of 256 records or more) and :meth:`Broker.send`
+  stores them on its fast path, with no per-record objects in between;
 * **everything else** (and every malformed batch, whose error the general decoder
-  names): ``Record`` tuples, ``mapping.record_to_message`` and :meth:`Broker.send`.
+  names): ``Record`` tuples, ``mapping.record_to_message`` and :meth:`Broker.send`'s
+  reference path.
 
 The batch as produced, base offset rewritten, goes into the listener's fetch cache
 (``batch_cache.py``). The whole request runs in one worker thread. The answer waits
@@ -38,6 +39,7 @@ from typing import Any
 
 from mqcore.access.model import Operation, ResourceType
 from mqcore.broker.broker import Broker
+from mqcore.broker.placement import ToQueue
 from mqcore.broker.types import SendResult
 from mqcore.errors import MessageIllegalError, MQError, NotFoundError, ValidationError
 from mqcore.format.msgid import decode_offset_msg_id
@@ -212,10 +214,10 @@ def _send(
 ) -> SendResult:
     """Store the batch (one put); the first message's SendResult."""
     if plain is not None:
-        return broker.send_plain(topic, partition, plain)
+        return broker.send(topic, plain, ToQueue(partition))[0]
     to_message = mapping.record_to_message
     messages = [to_message(r, partition) for r in decoded]
-    return broker.send(topic, messages, born_host=call.peer)[0]
+    return broker.send(topic, messages, ToQueue(partition), born_host=call.peer)[0]
 
 
 def _store_all(ctx: KafkaContext, call: Call, error: ErrorCode | None) -> list[dict[str, Any]]:

@@ -66,7 +66,7 @@ async def api_versions(ctx: KafkaContext, call: Call) -> dict[str, Any]:
 def visible_topics(broker: Broker) -> list[tuple[str, TopicInfo]]:
     """``(kafka name, info)`` of every topic Kafka clients may see, sorted by name."""
     out = []
-    for info in broker.list_topics(include_system=False):
+    for info in broker.admin.list_topics(include_system=False):
         if info.kind != "normal":
             continue
         name = mapping.from_store_topic(info.name)
@@ -80,7 +80,7 @@ def kafka_topic(broker: Broker, name: str) -> TopicInfo | None:
     if mapping.kafka_topic_error(name) is not None:
         return None
     try:
-        info = broker.get_topic(mapping.to_store_topic(name))
+        info = broker.admin.get_topic(mapping.to_store_topic(name))
     except NotFoundError:
         return None
     return info if info.kind == "normal" else None
@@ -180,7 +180,7 @@ def _create(
 ) -> tuple[int, TopicInfo | None]:
     """Create the topic and audit it (``topic.create``). Runs in a worker thread."""
     try:
-        info = ctx.broker.create_topic(
+        info = ctx.broker.admin.create_topic(
             mapping.to_store_topic(name), read_queue_nums=partitions, write_queue_nums=partitions
         )
     except ValidationError as exc:
@@ -223,7 +223,7 @@ def _create_one(
         if problem is not None:
             return ErrorCode.INVALID_CONFIG, problem
     try:
-        ctx.broker.get_topic(mapping.to_store_topic(name))
+        ctx.broker.admin.get_topic(mapping.to_store_topic(name))
         return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
     except NotFoundError:
         pass
@@ -258,7 +258,7 @@ def _delete_one(ctx: KafkaContext, call: Call, name: str) -> int:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     store_topic = mapping.to_store_topic(name)
     try:
-        broker.delete_topic(store_topic)
+        broker.admin.delete_topic(store_topic)
     except MQError as exc:
         return error_code_for(exc, {ValidationError: ErrorCode.TOPIC_AUTHORIZATION_FAILED})
     ctx.batch_cache.drop_topic(store_topic)  # (fetches check entries anyway; this frees them)
@@ -292,7 +292,9 @@ def _grow(
             "and at most 1024"
         )
     if not validate_only:
-        new = ctx.broker.update_topic(info.name, read_queue_nums=count, write_queue_nums=count)
+        new = ctx.broker.admin.update_topic(
+            info.name, read_queue_nums=count, write_queue_nums=count
+        )
         old_settings, new_settings = info.settings(), new.settings()
         audit(ctx, call, "topic.update", "topic", info.name, old=old_settings, new=new_settings)
     return 0, ""

@@ -1,10 +1,12 @@
 """Broker semantics over the store: send, pull with long polling, groups and offsets, tags,
-delay, retry and DLQ. Front ends use :class:`Broker` and the types in :mod:`.types`."""
+delay, retry and DLQ. Front ends use :class:`Broker` (its administration as
+``broker.admin``), the placements of a send and the types in :mod:`.types`."""
 
-from mqcore.broker.broker import Broker, QueueRef
+from mqcore.broker.admin import BrokerAdmin
+from mqcore.broker.broker import Broker, OffsetAt, QueueRef
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
-from mqcore.broker.management import OffsetAt
+from mqcore.broker.placement import BY_MESSAGE, ByMessage, Placement, ToQueue
 from mqcore.broker.tags import TagFilter, parse_tag_expression
 from mqcore.broker.types import (
     BrokerStatus,
@@ -30,11 +32,14 @@ from mqcore.broker.types import (
 )
 
 __all__ = [
+    "BY_MESSAGE",
     "Broker",
+    "BrokerAdmin",
     "BrokerConfig",
     "BrokerNotStartedError",
     "BrokerStatus",
     "BrowsePage",
+    "ByMessage",
     "ConsumeState",
     "GroupConsumeStatus",
     "GroupInfo",
@@ -44,6 +49,7 @@ __all__ = [
     "OffsetAt",
     "OffsetResetPlan",
     "OutgoingMessage",
+    "Placement",
     "PullResult",
     "PullStatus",
     "QueueLag",
@@ -54,6 +60,7 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "TagFilter",
+    "ToQueue",
     "TopicInfo",
     "TopicKind",
     "TopicStatus",

@@ -17,13 +17,11 @@ Wiring (the runtime does this once)::
 (:meth:`Broker.open` does all of it for tests and tools.)
 
 Thread-safety: every public method may be called from any thread once started. Blocking
-methods (``pull`` with ``wait_ms``, ``wait_for_messages``) block only their caller; the
-``*_async`` variants await without blocking the event loop.
+methods (``pull`` with ``wait_ms``, ``wait_for_messages``) block only their caller.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import secrets
@@ -32,25 +30,22 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from mqcore.broker import browse as browse_pages
-from mqcore.broker import copies, retry, view
+from mqcore.broker import copies, lag, retry, view
+from mqcore.broker.admin import BrokerAdmin, require_group
 from mqcore.broker.config import BrokerConfig
 from mqcore.broker.errors import BrokerNotStartedError, NoPermissionError
 from mqcore.broker.long_poll import ArrivalNotifier
-from mqcore.broker.management import BrokerAdmin
-from mqcore.broker.plain_sending import (
-    place_plain_batch,
-    place_plain_round_robin,
-    store_plain_batch,
-    store_plain_round_robin,
-)
+from mqcore.broker.placement import BY_MESSAGE, Placement
+from mqcore.broker.plain_sending import PlainBatch, is_plain_batch, place_plain, store_plain
 from mqcore.broker.pulling import _map_status, check_pull, check_pull_args, scan
 from mqcore.broker.reader import StoreReader
 from mqcore.broker.sending import (
     Placed,
     QueueSelector,
+    check_queue_id,
     place_messages,
     resolve_topic,
     store_placed,
@@ -68,14 +63,13 @@ from mqcore.broker.types import (
     SendResult,
 )
 from mqcore.clock import Clock, SystemClock
-from mqcore.errors import ValidationError
+from mqcore.errors import NotFoundError, ValidationError
 from mqcore.format.msgid import HostAddress, UniqKeyGenerator
-from mqcore.message import Message, MessageExt
+from mqcore.message import MessageExt
 from mqcore.metadata import Metadata
 from mqcore.metadata.topics import PERM_WRITE, SCHEDULE_TOPIC, TopicConfig
 from mqcore.store.config import StoreConfig
 from mqcore.store.files.space import existing_parent, partition_of
-from mqcore.store.put.plain_batch import PlainColumns
 from mqcore.store.read.record_views import RecordsResult
 from mqcore.store.results import GetStatus
 from mqcore.store.store import MessageStore
@@ -83,9 +77,13 @@ from mqcore.store.store import MessageStore
 QueueRef = tuple[str, int, int]
 """``(topic, queue_id, offset)``: a queue and the offset a waiter wants data at or beyond."""
 
+OffsetAt = Literal["earliest", "latest"] | int
+"""Where :meth:`Broker.list_offsets` looks: the queue's ends, or a timestamp in ms."""
 
-class Broker(BrokerAdmin):
-    """One broker: topics, groups, send, pull with long polling, offsets, retry, DLQ.
+
+class Broker:
+    """One broker: send, pull with long polling, lookups, consumer offsets, retry and DLQ;
+    its topics and groups through :attr:`admin`.
 
     Args:
         store: an open MessageStore. The broker neither opens nor closes it, unless it was
@@ -102,6 +100,8 @@ class Broker(BrokerAdmin):
 
     Attributes:
         store, reader, metadata, config, clock: as given; the services read them.
+        admin: topics, groups, queue bounds, lag and offset resets
+            (:class:`~mqcore.broker.admin.BrokerAdmin`).
     """
 
     def __init__(
@@ -130,6 +130,7 @@ class Broker(BrokerAdmin):
         self._started = False
         self._started_at_ms = 0
         self._owns_store = False
+        self.admin = BrokerAdmin(store, self.reader, metadata, self.clock, self._broker_name)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -243,12 +244,6 @@ class Broker(BrokerAdmin):
         """Pulls and waits parked right now (status pages, tests)."""
         return self._notifier.waiting
 
-    def notify_arrival(self, topic: str, queue_id: int) -> None:
-        """Wake pulls waiting on a queue. The runtime calls it for arrivals dispatched by
-        another process (Celery reput over Redis pub/sub); in-process dispatch needs nothing.
-        Thread-safe."""
-        self._notifier.notify(topic, queue_id)
-
     # -- messages: send -----------------------------------------------------------------------
 
     def _check_accepting(self) -> None:
@@ -262,20 +257,32 @@ class Broker(BrokerAdmin):
     def send(
         self,
         topic: str,
-        messages: Sequence[OutgoingMessage],
+        messages: Sequence[OutgoingMessage] | PlainBatch,
+        placement: Placement = BY_MESSAGE,
         *,
         born_host: HostAddress | None = None,
-    ) -> list[SendResult]:
-        """Store messages for ``topic`` (one, or a batch), in order.
+    ) -> Sequence[SendResult]:
+        """Store a batch of messages for ``topic`` (one, or many), in order: the one way
+        every front end sends.
 
-        Each message's queue is its ``queue_id``, else the hash of its ``sharding_key``,
-        else round robin. A message with a delay level appears in its topic once due (the
-        delay_delivery service). The messages for one queue are appended as one batch (one
-        put per queue, in the order given, consecutive offsets); nothing is stored unless
-        every message is valid.
+        Where each message goes is ``placement`` (:mod:`mqcore.broker.placement`): the
+        whole batch in one queue (:class:`ToQueue`, a Kafka partition), or each message's
+        ``queue_id``, else the hash of its ``sharding_key``, else round robin
+        (:data:`BY_MESSAGE`). A message with a delay level appears in its topic once due
+        (the delay_delivery service). The messages for one queue are appended as one batch
+        (one put per queue, in the order given, consecutive offsets); nothing is stored
+        unless every message is valid.
+
+        ``messages`` are ``OutgoingMessage`` (the reference path,
+        :mod:`mqcore.broker.sending`), or plain store messages a front end decoded its input
+        into, as a list or as ``PlainColumns`` (the fast path,
+        :mod:`mqcore.broker.plain_sending`, chosen by
+        :func:`~mqcore.broker.plain_sending.is_plain_batch`): same rules, errors, queues and
+        offsets.
 
         Args:
-            born_host: the producer's address (None: 127.0.0.1:0).
+            born_host: the producer's address for ``OutgoingMessage`` (None: 127.0.0.1:0);
+                store messages carry their own.
 
         Returns:
             One SendResult per message, in order.
@@ -287,11 +294,27 @@ class Broker(BrokerAdmin):
             ValidationError / MessageIllegalError: a rule of spec 11 (see
                 :mod:`mqcore.broker.sending`), with ``field`` and ``rule``.
             StoreNotWritableError: the store refuses writes (disk full, read-only).
+            ValueError: a batch of store messages holds one that is not plain.
         """
         config = self._sendable_topic(topic)
+        if is_plain_batch(messages):
+            plain = cast(PlainBatch, messages)
+            groups = place_plain(
+                config,
+                plain,
+                placement,
+                selector=self._selector,
+                uniq=self._uniq,
+                max_message_size=self.store.config.max_message_size,
+                max_batch_bytes=self.config.max_batch_bytes,
+            )
+            results = store_plain(self.store, plain, groups, self._broker_name)
+            self._after_puts(len(results))
+            return results
         placed = place_messages(
             config,
-            messages,
+            cast(Sequence[OutgoingMessage], messages),
+            placement,
             selector=self._selector,
             uniq=self._uniq,
             born_host=born_host,
@@ -312,73 +335,17 @@ class Broker(BrokerAdmin):
             default_queue_nums=self.config.default_topic_queue_nums,
         )
 
-    def send_plain(
-        self, topic: str, queue_id: int, messages: Sequence[Message] | PlainColumns
-    ) -> SendResult:
-        """Store a batch of plain messages (no properties, no delay level; ``topic`` and
-        ``born_host`` set) in queue ``queue_id`` with one put: :meth:`send`'s checks and
-        errors, without its per-message conversions (the Kafka listener's produce path).
-        ``messages`` may be columns: the same checks, errors, stats and results as for
-        ``messages.to_messages()``, without a message per record.
-
-        Returns:
-            The first message's SendResult; the others took the next queue offsets.
-
-        Raises:
-            As :meth:`send`; ValueError for a message that is not plain.
-        """
-        config = self._sendable_topic(topic)
-        place_plain_batch(
-            config,
-            queue_id,
-            messages,
-            uniq=self._uniq,
-            max_message_size=self.store.config.max_message_size,
-            max_batch_bytes=self.config.max_batch_bytes,
-        )
-        result = store_plain_batch(self.store, messages, queue_id, self._broker_name)
-        self._puts.add(len(messages))
-        if self.config.dispatch_on_send:
-            self.store.dispatch_until_caught_up()
-        return result
-
-    def send_plain_round_robin(self, topic: str, messages: Sequence[Message]) -> list[SendResult]:
-        """Store plain messages (as :meth:`send_plain`) spread round robin over the topic's
-        queues: what :meth:`send` does with the same messages as ``OutgoingMessage`` without
-        ``queue_id`` and ``sharding_key`` (same checks and errors, queues, offsets and
-        CommitLog order), without its per-message conversions (the REST API's usual batch).
-
-        Returns:
-            One SendResult per message, in order.
-
-        Raises:
-            As :meth:`send`; ValueError for a message that is not plain.
-        """
-        config = self._sendable_topic(topic)
-        first = place_plain_round_robin(
-            config,
-            messages,
-            selector=self._selector,
-            uniq=self._uniq,
-            max_message_size=self.store.config.max_message_size,
-            max_batch_bytes=self.config.max_batch_bytes,
-        )
-        results = store_plain_round_robin(
-            self.store, messages, first, config.write_queue_nums, self._broker_name
-        )
-        self._puts.add(len(results))
-        if self.config.dispatch_on_send:
-            self.store.dispatch_until_caught_up()
-        return results
-
-    def deliver_internal(self, placed: Sequence[Placed]) -> list[SendResult]:
-        """Store already-validated messages (the broker's own services: delay delivery,
-        retry). Front ends use :meth:`send`."""
+    def deliver_internal(self, placed: Sequence[Placed]) -> Sequence[SendResult]:
+        """Store messages the broker's own services placed and validated (delay delivery,
+        retry, DLQ), each where its ``Placed`` says. Front ends use :meth:`send`."""
         results = store_placed(self.store, placed, self._broker_name)
-        self._puts.add(len(results))
-        if self.config.dispatch_on_send:
-            self.store.dispatch_until_caught_up()
+        self._after_puts(len(results))
         return results
+
+    def _after_puts(self, count: int) -> None:
+        self._puts.add(count)
+        if self.config.dispatch_on_send and count:
+            self.store.dispatch_until_caught_up()
 
     # -- messages: pull -----------------------------------------------------------------------
 
@@ -487,49 +454,6 @@ class Broker(BrokerAdmin):
         ``get_total`` split up). Thread-safe."""
         return self._gets.totals_by_key()
 
-    async def pull_async(
-        self,
-        group: str | None,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = 32,
-        *,
-        tag_expression: str = "*",
-        wait_ms: int = 0,
-        max_bytes: int = 4 * 1024 * 1024,
-    ) -> PullResult:
-        """:meth:`pull` for asyncio: store reads run in a worker thread
-        (``asyncio.to_thread``) and the wait is an ``asyncio.Event`` set from the dispatch
-        thread, so the event loop is never blocked. Same arguments, result and errors."""
-        tags, wait_ms, result = await asyncio.to_thread(
-            self._prepare_pull,
-            group,
-            topic,
-            queue_id,
-            offset,
-            max_count,
-            tag_expression,
-            wait_ms,
-            max_bytes,
-        )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_ms / 1000
-        recheck_s = self.config.long_poll_recheck_ms / 1000
-        while result.status is PullStatus.NO_NEW_MSG and wait_ms > 0:
-            remaining = deadline - loop.time()
-            at = result.next_offset
-            ready = functools.partial(self._has_data, topic, queue_id, at)
-            if remaining <= 0 or not await self._notifier.wait_async(
-                [(topic, queue_id)], ready, remaining, recheck_s
-            ):
-                break
-            result = await asyncio.to_thread(
-                scan, self.reader, group, topic, queue_id, at, max_count, tags, max_bytes
-            )
-        self._gets.add(len(result.messages), topic)
-        return result
-
     def _ready_queues(self, refs: Sequence[QueueRef]) -> list[QueueRef]:
         return [ref for ref in refs if self._has_data(ref[0], ref[1], ref[2])]
 
@@ -561,17 +485,6 @@ class Broker(BrokerAdmin):
         keys = [(topic, queue_id) for topic, queue_id, _ in refs]
         ready = functools.partial(self._ready_queues, refs)
         self._notifier.wait(keys, lambda: bool(ready()), timeout_s, self._recheck_s)
-        return ready()
-
-    async def wait_for_messages_async(
-        self, queues: Iterable[QueueRef], timeout_ms: int
-    ) -> list[QueueRef]:
-        """:meth:`wait_for_messages` for asyncio (the Kafka fetch wait); never blocks the
-        event loop (readiness is an in-memory offset comparison)."""
-        refs, timeout_s = self._check_wait(queues, timeout_ms)
-        keys = [(topic, queue_id) for topic, queue_id, _ in refs]
-        ready = functools.partial(self._ready_queues, refs)
-        await self._notifier.wait_async(keys, lambda: bool(ready()), timeout_s, self._recheck_s)
         return ready()
 
     @property
@@ -660,20 +573,17 @@ class Broker(BrokerAdmin):
             NotFoundError: unknown group or message.
         """
         self._check_accepting()
-        result = retry.send_back(
-            self.store,
+        return retry.send_back(
+            self.reader,
+            self.deliver_internal,
             self.metadata,
             self._selector,
-            self._broker_name,
             group,
             msg_id,
             delay_level,
             max_reconsume_times=max_reconsume_times,
             max_delay_level=self.max_delay_level,
-            reader=self.reader,
         )
-        self._after_internal_put(1 if result.send is not None else 0)
-        return result
 
     def resend_from_dlq(self, group: str, msg_id: str) -> SendResult:
         """Store a message of ``%DLQ%<group>`` again in its original topic (same msgId,
@@ -684,22 +594,54 @@ class Broker(BrokerAdmin):
             NotFoundError: no DLQ, message not in it, or original topic gone.
         """
         self._check_accepting()
-        result = retry.resend_from_dlq(
-            self.store,
-            self.metadata,
-            self._selector,
-            self._broker_name,
-            group,
-            msg_id,
-            reader=self.reader,
+        return retry.resend_from_dlq(
+            self.reader, self.deliver_internal, self.metadata, self._selector, group, msg_id
         )
-        self._after_internal_put(1)
-        return result
 
-    def _after_internal_put(self, count: int) -> None:
-        self._puts.add(count)
-        if self.config.dispatch_on_send and count:
-            self.store.dispatch_until_caught_up()
+    # -- consumer offsets ---------------------------------------------------------------------
+
+    def get_offsets(self, group: str, topic: str | None = None) -> dict[str, dict[int, int]]:
+        """Committed offsets, ``{topic: {queue_id: next offset}}`` (only queues the group
+        committed on). Thread-safe; an unknown group has none."""
+        topics = [topic] if topic is not None else self.metadata.offsets.topics_of_group(group)
+        return {t: self.metadata.offsets.offsets_for(group, t) for t in topics}
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record that ``group`` will next consume ``offset`` on a queue (memory; written to
+        ``consumerOffset.json`` by the offsets_persist step and at stop), or one of Kafka's
+        placeholders -2 (earliest) and -1 (latest), which the group's consumers resolve
+        (``mqcore.metadata.offsets``). Thread-safe.
+
+        Raises:
+            NotFoundError: unknown group (when groups are not auto-created) or topic.
+            ValidationError: ``queue_id`` out of ``range``, ``offset`` below -2.
+        """
+        require_group(self.metadata, group)
+        config = self.metadata.topics.get(topic)
+        if config is None:
+            raise NotFoundError("topic", "not_found", f"topic {topic!r} does not exist")
+        if queue_id < 0:
+            raise ValidationError("queue_id", "range", f"queue_id: must be >= 0 (got {queue_id})")
+        check_queue_id(config, queue_id)
+        self.metadata.offsets.commit(group, topic, queue_id, offset)
+
+    def list_offsets(self, topic: str, queue_id: int, at: OffsetAt) -> int:
+        """A queue offset: ``"earliest"`` (min), ``"latest"`` (max, where the next message
+        goes), or for a timestamp (ms) the first offset stored at or after it (max if none).
+
+        Raises:
+            NotFoundError: no such topic. ValidationError: bad ``queue_id`` or ``at``.
+        """
+        self.admin.queue_status(topic, queue_id)  # checks topic and queue
+        if at == "earliest":
+            return self.reader.min_offset(topic, queue_id)
+        if at == "latest":
+            return self.reader.max_offset(topic, queue_id)
+        if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+            raise ValidationError(
+                "at", "choice", f"at: must be 'earliest', 'latest' or a timestamp >= 0 (got {at!r})"
+            )
+        return lag.offset_at_time(self.reader, topic, queue_id, at)
 
     # -- status -------------------------------------------------------------------------------
 

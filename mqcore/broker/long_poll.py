@@ -2,12 +2,10 @@
 
 The broker registers :meth:`ArrivalNotifier.on_arrivals` as the store's arrivals listener
 once (``mqcore.store.reput.arrivals``: one call per dispatch batch naming the queues that grew, so
-reput keeps its fast path; :meth:`ArrivalNotifier.notify` wakes one queue's waiters for
-other sources). Waiters register under the ``(topic, queue_id)`` keys they care about (one
-for a pull, several for a Kafka fetch); when reput dispatches a record for one of those
-keys, the notifier fires them:
-a ``threading.Event`` for blocking callers, an ``asyncio.Event`` set through
-``loop.call_soon_threadsafe`` for coroutines, so the event loop is never blocked.
+reput keeps its fast path). Waiters register under the ``(topic, queue_id)`` keys they care
+about (one for a pull, several for :meth:`Broker.wait_for_messages`); when reput dispatches a
+record for one of those keys, the notifier sets their ``threading.Event``. (The Kafka
+listener parks its fetches on the event loop with its own ``kafka_listener.arrivals``.)
 
 No lost wake-ups: a waiter registers *before* it re-checks its queues, and reput writes the
 ConsumeQueue unit *before* it calls the listeners. So either the listener sees the waiter
@@ -24,7 +22,6 @@ thread and costs one dict lookup per queue of the batch when nobody waits on it.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -33,23 +30,15 @@ QueueKey = tuple[str, int]
 
 
 class _Waiter:
-    """One parked caller: a threading.Event, or an asyncio.Event of a given loop."""
+    """One parked caller (a pull, or a wait on several queues)."""
 
-    __slots__ = ("thread_event", "loop", "async_event")
+    __slots__ = ("event",)
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.loop = loop
-        self.thread_event = threading.Event() if loop is None else None
-        self.async_event = asyncio.Event() if loop is not None else None
+    def __init__(self) -> None:
+        self.event = threading.Event()
 
     def fire(self) -> None:
-        if self.thread_event is not None:
-            self.thread_event.set()
-        elif self.loop is not None and self.async_event is not None:
-            try:
-                self.loop.call_soon_threadsafe(self.async_event.set)
-            except RuntimeError:  # the loop is closed: its waiter is gone with it
-                pass
+        self.event.set()
 
 
 class ArrivalNotifier:
@@ -73,17 +62,6 @@ class ArrivalNotifier:
             return
         with self._lock:
             waiters = {w for key in keys for w in self._waiters.get(key, ())}
-        for waiter in waiters:
-            waiter.fire()
-
-    def notify(self, topic: str, queue_id: int) -> None:
-        """Wake the waiters of one queue (also for arrivals learned from elsewhere, e.g. a
-        Redis pub/sub message from a Celery reput)."""
-        key = (topic, queue_id)
-        if key not in self._waiters:  # unlocked fast path; see the module docstring
-            return
-        with self._lock:
-            waiters = tuple(self._waiters.get(key, ()))
         for waiter in waiters:
             waiter.fire()
 
@@ -126,8 +104,7 @@ class ArrivalNotifier:
             The last value of ``ready()``.
         """
         waiter = _Waiter()
-        event = waiter.thread_event
-        assert event is not None
+        event = waiter.event
         self._register(keys, waiter)
         try:
             deadline = time.monotonic() + timeout_s
@@ -138,35 +115,6 @@ class ArrivalNotifier:
                 if remaining <= 0 or self._closed:
                     return False
                 event.wait(min(remaining, recheck_s))
-                event.clear()
-        finally:
-            self._unregister(waiter)
-
-    async def wait_async(
-        self,
-        keys: Iterable[QueueKey],
-        ready: Callable[[], bool],
-        timeout_s: float,
-        recheck_s: float,
-    ) -> bool:
-        """:meth:`wait` for coroutines: awaits without blocking the event loop."""
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(loop)
-        event = waiter.async_event
-        assert event is not None
-        self._register(keys, waiter)
-        try:
-            deadline = loop.time() + timeout_s
-            while True:
-                if ready():
-                    return True
-                remaining = deadline - loop.time()
-                if remaining <= 0 or self._closed:
-                    return False
-                try:
-                    await asyncio.wait_for(event.wait(), min(remaining, recheck_s))
-                except TimeoutError:
-                    pass
                 event.clear()
         finally:
             self._unregister(waiter)

@@ -1,14 +1,21 @@
-"""Plain sends: batches of messages without user properties or delay level, checked and
-stored without an ``OutgoingMessage``, ``Placed`` or ``PutResult`` object per message.
+"""The send fast path: store messages a front end built itself, without an
+``OutgoingMessage``, ``Placed`` or ``PutResult`` object per message.
 
-``sending.py`` has the rules (spec 11) and :func:`~mqcore.broker.sending.place_messages`,
-the general path. A front end that builds plain store messages itself (or, for the Kafka
-listener, ``PlainColumns``) sends them here with the same rules, order and errors: one
-queue's batch through :func:`place_plain_batch` and :func:`store_plain_batch`
-(``Broker.send_plain``), a batch without explicit queues or sharding keys round robin
-through :func:`place_plain_round_robin` and :func:`store_plain_round_robin`
-(``Broker.send_plain_round_robin``). ``tests/mqcore/broker/test_send_plain*.py`` and
-``test_send_round_robin.py`` compare them with the general path.
+A *plain* message has no user properties and no delay level; the store gives it its
+``UNIQ_KEY`` and encodes a batch of them in its batch loop. A front end that decodes its input
+straight into plain store messages (:func:`mqcore.message.plain_message`, or for the Kafka
+listener's large batches ``PlainColumns``) hands them to ``Broker.send``, which sends them
+here (the one rule: a batch of store messages is plain and takes this path; a batch of
+``OutgoingMessage`` takes :mod:`mqcore.broker.sending`, the reference path). The same rules
+(spec 11), in the same order, with the same errors; the same queues, offsets and CommitLog
+order as the reference path gives the same messages as ``OutgoingMessage`` without
+``queue_id`` or ``sharding_key`` (``tests/mqcore/broker/test_plain_sending.py`` compares the
+two). Why a second path: on a batch of thousands, the per-message conversions of the
+reference path cost more than the store's own encoding.
+
+Placement: :class:`~mqcore.broker.placement.ToQueue` puts the whole batch with one put;
+:data:`~mqcore.broker.placement.BY_MESSAGE` spreads it round robin (plain messages name no
+queue and no sharding key), one put per queue.
 """
 
 from __future__ import annotations
@@ -16,19 +23,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mqcore.broker.placement import Placement, ToQueue
 from mqcore.broker.sending import (
     SAFE_KEYS_CHARS,
+    ColumnSendResults,
     QueueSelector,
-    SendResultBuilder,
     check_queue_id,
     check_writable,
-    column_send_results,
     message_field,
     placed_for,
     put_send_results,
     renamed_error,
-    send_result_of,
-    send_status_of,
     surely_fits,
 )
 from mqcore.broker.types import SendResult
@@ -38,46 +43,79 @@ from mqcore.format.properties import encode_message_properties
 from mqcore.message import Message
 from mqcore.metadata import TopicConfig
 from mqcore.store.put.plain_batch import PlainColumns
-from mqcore.store.results import BatchPutResults, PutResult, PutStatus
+from mqcore.store.results import BatchPutResults, PutResult
 from mqcore.store.store import MessageStore
 from mqcore.validation import validate_body, validate_properties_size
 
+PlainBatch = Sequence[Message] | PlainColumns
+"""Plain store messages a front end built: a list, or columns (``to_messages()`` are the
+messages)."""
 
-def place_plain_batch(
+QueueGroups = list[tuple[int, slice]]
+"""Where a plain batch goes: ``(queue_id, the slice of the batch stored there)`` per put, in
+put order."""
+
+_WHOLE = slice(None)
+
+
+def is_plain_batch(messages: Sequence[Any] | PlainColumns) -> bool:
+    """The rule that chooses the send path: a batch of store messages (or columns) is plain
+    and takes this fast path; a batch of ``OutgoingMessage`` (or an empty one) the reference
+    path. Every message of a plain batch is checked to be plain (ValueError otherwise)."""
+    return isinstance(messages, PlainColumns) or (
+        len(messages) > 0 and isinstance(messages[0], Message)
+    )
+
+
+def place_plain(
     config: TopicConfig,
-    queue_id: int,
-    messages: Sequence[Message] | PlainColumns,
+    messages: PlainBatch,
+    placement: Placement,
     *,
+    selector: QueueSelector,
     uniq: UniqKeyGenerator,
     max_message_size: int,
     max_batch_bytes: int,
-) -> None:
-    """Validate a batch of plain messages for one queue: :func:`place_messages`'s rules, in
-    its order and with its errors, for what a front end that builds store messages itself
-    sends (the Kafka listener's produce of records without headers: one queue per batch).
+) -> QueueGroups:
+    """Validate a plain batch with :func:`~mqcore.broker.sending.place_messages`'s rules, in
+    its order and with its errors, and choose its queues: a :class:`ToQueue` batch goes to
+    that queue whole; otherwise message ``i`` goes to the topic's round-robin position
+    ``first + i`` (taken where the reference path takes it, before the per-message checks).
 
-    Plain means: ``topic`` is the topic's name, no properties, no delay level (the store
-    gives them ``UNIQ_KEY`` and encodes them in its plain-batch loop). Nothing is copied:
-    the messages go to :func:`store_plain_batch` as they are. No ``Placed`` and no
-    ``OutgoingMessage`` per message: on a Kafka batch of thousands of records those
-    conversions cost more than the store's own encoding. ``messages`` may be columns
-    (``PlainColumns``): checked as ``to_messages()`` would be, the messages built only
-    for a batch that breaks a rule (to raise its error).
+    Plain means: ``topic`` is the topic's name, no properties, no delay level. Nothing is
+    copied: the messages go to :func:`store_plain` as they are. Columns are checked as
+    ``to_messages()`` would be, by a few passes over the columns when they surely pass; the
+    messages are only built for a batch that may break a rule.
 
     Raises:
         ValidationError / MessageIllegalError / NoPermissionError: as ``place_messages``.
         ValueError: a message is not plain (a caller's bug, nothing is stored).
     """
-    batch = len(messages) > 1
-    check_queue_id(config, queue_id, message_field("queue_id", 0, batch))
+    topic = config.topic_name
+    if isinstance(placement, ToQueue):
+        queue_id = placement.queue_id
+        check_queue_id(config, queue_id, message_field("queue_id", 0, len(messages) > 1))
+        check_writable(config)
+        if not messages:
+            raise ValidationError("messages", "empty", "messages: send at least one message")
+        if isinstance(messages, PlainColumns):
+            if _surely_fine(topic, messages, max_message_size, max_batch_bytes):
+                return [(queue_id, _WHOLE)]
+            messages = messages.to_messages()
+        _check_plain(topic, messages, uniq, max_message_size, max_batch_bytes)
+        return [(queue_id, _WHOLE)]
     check_writable(config)
     if not messages:
         raise ValidationError("messages", "empty", "messages: send at least one message")
+    first = selector.reserve(topic, len(messages))
     if isinstance(messages, PlainColumns):
-        if _surely_fine(config.topic_name, messages, max_message_size, max_batch_bytes):
-            return
         messages = messages.to_messages()
-    _check_plain(config.topic_name, messages, uniq, max_message_size, max_batch_bytes)
+    _check_plain(topic, messages, uniq, max_message_size, max_batch_bytes)
+    writable = max(1, config.write_queue_nums)
+    return [
+        ((first + j) % writable, slice(j, None, writable))
+        for j in range(min(len(messages), writable))
+    ]
 
 
 def _surely_fine(
@@ -106,36 +144,6 @@ def _surely_fine(
         and "\x01" not in text
         and "\x02" not in text
     )
-
-
-def place_plain_round_robin(
-    config: TopicConfig,
-    messages: Sequence[Message],
-    *,
-    selector: QueueSelector,
-    uniq: UniqKeyGenerator,
-    max_message_size: int,
-    max_batch_bytes: int,
-) -> int:
-    """Validate plain messages (as :func:`place_plain_batch`) that go round robin: no
-    explicit queue and no sharding key (the REST API's usual batch). :func:`place_messages`'s
-    rules, order and errors for the same messages sent as ``OutgoingMessage``; their
-    round-robin positions are taken where it takes them (before the per-message checks).
-
-    Returns:
-        The first position: message ``i`` goes to queue ``(first + i) % writeQueueNums``
-        (:func:`store_plain_round_robin`).
-
-    Raises:
-        As :func:`place_plain_batch`.
-    """
-    check_writable(config)
-    if not messages:
-        raise ValidationError("messages", "empty", "messages: send at least one message")
-    topic = config.topic_name
-    first = selector.reserve(topic, len(messages))
-    _check_plain(topic, messages, uniq, max_message_size, max_batch_bytes)
-    return first
 
 
 def _check_plain(
@@ -177,82 +185,43 @@ def _check_plain(
         )
 
 
-def store_plain_batch(
-    store: MessageStore,
-    messages: Sequence[Message] | PlainColumns,
-    queue_id: int,
-    broker_name: str,
-) -> SendResult:
-    """Put a batch checked by :func:`place_plain_batch` with one put (consecutive offsets
-    from the first message's). Raises on a refused put as :func:`store_placed` does.
-    Columns go to ``put_plain_columns``, the store's ``put_batch`` for them.
+def store_plain(
+    store: MessageStore, messages: PlainBatch, groups: QueueGroups, broker_name: str
+) -> Sequence[SendResult]:
+    """Put a batch checked by :func:`place_plain`, one put per group (consecutive offsets in
+    each queue): what :func:`~mqcore.broker.sending.store_placed` does with the same messages
+    placed by the reference path, without grouping message by message (a round-robin
+    batch's ``j``-th queue holds ``messages[j::writeQueueNums]``). Raises on a refused put.
 
     Returns:
-        The first message's SendResult: the others follow it, one queue offset each.
+        One SendResult per message, in the order given. A one-put batch whose results came
+        back as columns returns them as :class:`ColumnSendResults`, each made when read.
     """
+    if len(groups) == 1:
+        queue_id = groups[0][0]
+        if isinstance(messages, PlainColumns):
+            puts = store.put_plain_columns(messages, queue_id)
+            if not isinstance(puts, BatchPutResults):
+                messages = messages.to_messages()
+        else:
+            puts = store.put_batch(messages, queue_id)
+        return _plain_results(messages, puts, queue_id, broker_name)  # type: ignore[arg-type]
     if isinstance(messages, PlainColumns):
-        puts = store.put_plain_columns(messages, queue_id)
-    else:
-        puts = store.put_batch(messages, queue_id)
-    if isinstance(puts, BatchPutResults):  # one status for the batch; one offsetMsgId made
-        return _first_result(puts, queue_id, broker_name)
-    if isinstance(messages, PlainColumns):  # put by the general path: one result a message
         messages = messages.to_messages()
-    result = send_result_of(placed_for(messages[0], queue_id), puts[0], broker_name)
-    for message, put in zip(messages, puts, strict=True):  # one put's statuses agree: check
-        if put.status is not PutStatus.PUT_OK and put.status is not PutStatus.FLUSH_DISK_TIMEOUT:
-            send_result_of(placed_for(message, queue_id), put, broker_name)  # raises
-    return result
-
-
-def _first_result(puts: BatchPutResults, queue_id: int, broker_name: str) -> SendResult:
-    """The SendResult of a plain batch's first message (one status for the batch; one
-    offsetMsgId made)."""
-    r: Any = SendResultBuilder()
-    r.status = send_status_of(puts.status, puts)
-    r.msg_id = puts.msg_ids[0]
-    r.offset_msg_id = puts.offset_msg_id_at(0)
-    r.topic = puts.topic
-    r.queue_id = queue_id
-    r.queue_offset = puts.queue_offsets[0]
-    r.broker_name = broker_name
-    r.store_timestamp = puts.store_timestamp
-    r.delayed = False
-    r.__class__ = SendResult
-    return r  # type: ignore[no-any-return]
-
-
-def store_plain_round_robin(
-    store: MessageStore,
-    messages: Sequence[Message],
-    first: int,
-    write_queue_nums: int,
-    broker_name: str,
-) -> list[SendResult]:
-    """Put a batch checked by :func:`place_plain_round_robin` from round-robin position
-    ``first``: what :func:`store_placed` does with the same messages placed by
-    :func:`place_messages` (one put per queue, queues in the order they first appear, the
-    same offsets and CommitLog order), without grouping message by message: the messages
-    of the ``j``-th queue are ``messages[j::writable]``. Raises on a refused put.
-
-    Returns:
-        One SendResult per message, in the order given.
-    """
-    writable = max(1, write_queue_nums)
     results: list[Any] = [None] * len(messages)
-    for j in range(min(len(messages), writable)):
-        queue_id = (first + j) % writable
-        group = messages[j::writable]
-        puts = store.put_batch(group, queue_id)
-        results[j::writable] = _plain_results(group, puts, queue_id, broker_name)
+    for queue_id, part in groups:
+        group = messages[part]
+        results[part] = _plain_results(
+            group, store.put_batch(group, queue_id), queue_id, broker_name
+        )
     return results
 
 
 def _plain_results(
     messages: Sequence[Message], puts: Sequence[PutResult], queue_id: int, broker_name: str
-) -> list[SendResult]:
+) -> Sequence[SendResult]:
     """The SendResults of one put of plain messages (stored where they belong)."""
     if isinstance(puts, BatchPutResults):
-        return column_send_results(puts, broker_name)
+        return ColumnSendResults(puts, broker_name)
     # Not the plain path (a topic's first put, a refused put): as store_placed reports it.
     return put_send_results([placed_for(m, queue_id) for m in messages], puts, broker_name)

@@ -21,10 +21,13 @@ A group with ``retryQueueNums`` 0 drops failed messages (RocketMQ does the same)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from mqcore.broker import copies
+from mqcore.broker.admin import require_group
 from mqcore.broker.errors import NoPermissionError
 from mqcore.broker.reader import StoreReader
-from mqcore.broker.sending import Placed, QueueSelector, store_placed, to_schedule
+from mqcore.broker.sending import Placed, QueueSelector, to_schedule
 from mqcore.broker.types import SendBackAction, SendBackResult, SendResult
 from mqcore.errors import NotFoundError, ValidationError
 from mqcore.format.layout import HOST_V6_FLAGS
@@ -41,18 +44,10 @@ from mqcore.format.properties import (
     PROPERTY_WAIT,
 )
 from mqcore.message import Message, MessageExt
-from mqcore.metadata import Metadata, SubscriptionGroupConfig, TopicConfig
+from mqcore.metadata import Metadata, TopicConfig
 from mqcore.metadata.topics import dlq_topic_name, is_writeable, retry_topic_name
-from mqcore.store.store import MessageStore
 
 FIRST_RETRY_LEVEL = 3  # "3 + reconsumeTimes": level 3 = 10 s by default
-
-
-def _require_group(metadata: Metadata, group: str) -> SubscriptionGroupConfig:
-    config = metadata.groups.get_or_auto_create(group)
-    if config is None:
-        raise NotFoundError("group", "not_found", f"group {group!r} does not exist")
-    return config
 
 
 def _require_writable(config: TopicConfig, field: str) -> None:
@@ -85,29 +80,32 @@ def delivered_copy(store: StoreReader, group: str, msg_id: str) -> MessageExt:
     return found
 
 
+Deliver = Callable[[Sequence[Placed]], Sequence[SendResult]]
+"""Stores placed messages: the broker's internal delivery (``Broker.deliver_internal``)."""
+
+
 def send_back(
-    store: MessageStore,
+    reader: StoreReader,
+    deliver: Deliver,
     metadata: Metadata,
     selector: QueueSelector,
-    broker_name: str,
     group: str,
     msg_id: str,
     delay_level: int,
     *,
     max_reconsume_times: int | None,
     max_delay_level: int,
-    reader: StoreReader | None = None,
 ) -> SendBackResult:
-    """See the module docstring. ``reader`` finds the message (default ``store``; the
-    tiered store finds messages whose local files are gone); writes go to ``store``.
+    """See the module docstring. ``reader`` finds the message (the tiered store finds
+    messages whose local files are gone); the copy is stored through ``deliver``.
 
     Raises:
         NotFoundError: unknown group or message.
         NoPermissionError: the retry or DLQ topic is not writable.
         ValidationError: ``max_reconsume_times`` negative.
     """
-    group_config = _require_group(metadata, group)
-    message = delivered_copy(reader or store, group, msg_id)
+    group_config = require_group(metadata, group)
+    message = delivered_copy(reader, group, msg_id)
     if max_reconsume_times is not None and max_reconsume_times < 0:
         raise ValidationError("max_reconsume_times", "range", "max_reconsume_times: must be >= 0")
     limit = group_config.retry_max_times if max_reconsume_times is None else max_reconsume_times
@@ -129,7 +127,7 @@ def send_back(
         action, queue_id = SendBackAction.RETRY, selector.select(target, None, None)
     copy = _copy(message, target.topic_name, props, reconsume + 1, level)
     placed = to_schedule(copy, queue_id, max_delay_level)
-    (result,) = store_placed(store, [placed], broker_name)
+    (result,) = deliver([placed])
     return SendBackResult(action, reconsume + 1, level, result)
 
 
@@ -166,17 +164,15 @@ def _copy(
 
 
 def resend_from_dlq(
-    store: MessageStore,
+    reader: StoreReader,
+    deliver: Deliver,
     metadata: Metadata,
     selector: QueueSelector,
-    broker_name: str,
     group: str,
     msg_id: str,
-    *,
-    reader: StoreReader | None = None,
 ) -> SendResult:
-    """Store the DLQ record ``msg_id`` of ``group`` again in its original topic (found
-    through ``reader``, default ``store``).
+    """Store the DLQ record ``msg_id`` of ``group`` (found through ``reader``) again in its
+    original topic, through ``deliver``.
 
     Raises:
         NotFoundError: no DLQ for the group, the message is not in it, or its original
@@ -186,7 +182,7 @@ def resend_from_dlq(
     dlq = dlq_topic_name(group)
     if metadata.topics.get(dlq) is None:
         raise NotFoundError("group", "no_dlq", f"group {group!r} has no dead-letter topic")
-    message = copies.find(reader or store, msg_id, dlq)
+    message = copies.find(reader, msg_id, dlq)
     if message is None:
         raise NotFoundError("msg_id", "not_in_dlq", f"message {msg_id!r} is not in {dlq!r}")
     props = dict(message.properties)
@@ -206,7 +202,5 @@ def resend_from_dlq(
         props.pop(name, None)
     copy = _copy(message, target.topic_name, props, 0, 0)
     queue_id = selector.select(target, None, None)
-    (result,) = store_placed(
-        store, [Placed(copy, queue_id, copy.topic, queue_id, False)], broker_name
-    )
+    (result,) = deliver([Placed(copy, queue_id, copy.topic, queue_id, False)])
     return result

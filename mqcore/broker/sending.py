@@ -27,17 +27,18 @@ step  check                                       raises               rule
 In a batch, per-message fields are named ``messages[i].body`` and so on. Nothing is stored
 unless every message passes.
 
-Queue choice: explicit ``queue_id``; else ``abs(hashCode(sharding_key)) % writeQueueNums``
-(RocketMQ ``SelectMessageQueueByHash``: same key, same queue); else round robin per topic.
-A send is stored with one put per queue (:func:`store_placed`). Messages without user
-properties and without a delay level carry no properties dict and get their ``UNIQ_KEY``
-from the store, which then encodes them in its plain-batch loop; their properties are still
-checked here, so the whole send fails or none of it. A front end that builds such plain
-messages itself sends them without the ``OutgoingMessage`` → ``Message`` → ``Placed``
-objects per message, with the same rules and errors (``plain_sending.py``): one queue's
-batch (the Kafka listener's produce, ``Broker.send_plain``), or a batch without explicit
-queues or sharding keys (the REST API's usual send) round robin
-(``Broker.send_plain_round_robin``).
+Queue choice (:mod:`mqcore.broker.placement`): the send's :class:`ToQueue`, else each
+message's ``queue_id``; else ``abs(hashCode(sharding_key)) % writeQueueNums`` (RocketMQ
+``SelectMessageQueueByHash``: same key, same queue); else round robin per topic. A send is
+stored with one put per queue (:func:`store_placed`). Messages without user properties and
+without a delay level carry no properties dict and get their ``UNIQ_KEY`` from the store,
+which then encodes them in its batch loop; their properties are still checked here, so the
+whole send fails or none of it.
+
+This module is the reference path of a send (``OutgoingMessage`` → ``Message`` →
+``Placed`` → put), and the internal deliveries (retry, DLQ, delay) store their ``Placed``
+through :func:`store_placed` too. A batch of store messages a front end built itself takes
+the fast path, :mod:`mqcore.broker.plain_sending`, with the same rules and errors.
 
 Delay hook (spec 9, ``HookUtils.handleScheduleMessage``): a message with delay level > 0 is
 stored in ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC``/``REAL_QID`` holding
@@ -48,11 +49,12 @@ the rest (the ConsumeQueue tag code of such a record is its deliver time).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, overload
 
 from mqcore.broker.errors import NoPermissionError
+from mqcore.broker.placement import Placement, ToQueue
 from mqcore.broker.types import OutgoingMessage, SendResult, SendStatus
 from mqcore.errors import (
     MessageIllegalError,
@@ -230,6 +232,7 @@ def renamed_error(exc: ValidationError, field: str) -> ValidationError:
 def place_messages(
     config: TopicConfig,
     messages: Sequence[OutgoingMessage],
+    placement: Placement,
     *,
     selector: QueueSelector,
     uniq: UniqKeyGenerator,
@@ -238,16 +241,18 @@ def place_messages(
     max_batch_bytes: int,
     max_delay_level: int,
 ) -> list[Placed]:
-    """Validate every message (spec 11 steps 5 and 8-9), then choose queues and apply the
-    delay hook. Raises on the first broken rule; see the module docstring.
+    """Validate every message (spec 11 steps 5 and 8-9), then choose queues (``placement``:
+    a :class:`ToQueue` queue stands for every message's ``queue_id``) and apply the delay
+    hook. Raises on the first broken rule; see the module docstring.
 
     One pass per message, in the order of the rules; field names (``messages[i].body``) are
     only formatted for an error: this loop runs for every message of a batch."""
     batch = len(messages) > 1
     round_robin = 0  # messages whose queue is the topic's next round-robin position
     queue_limit = max(config.write_queue_nums, config.read_queue_nums)
+    fixed = placement.queue_id if isinstance(placement, ToQueue) else None
     for i, out in enumerate(messages):
-        queue_id = out.queue_id
+        queue_id = out.queue_id if fixed is None else fixed
         if queue_id is not None and queue_id >= 0:
             if queue_id >= queue_limit:  # the field name is only formatted for the error
                 check_queue_id(config, queue_id, message_field("queue_id", i, batch))
@@ -279,7 +284,7 @@ def place_messages(
                 f"{message_field('delay_level', i, batch)}: must be 0 (none) or a level from 1 to "
                 f"{max_delay_level} (got {out.delay_level})",
             )
-        queue_id = out.queue_id
+        queue_id = out.queue_id if fixed is None else fixed
         if queue_id is None or queue_id < 0:
             if out.sharding_key:
                 queue_id = abs(java_string_hash(out.sharding_key)) % writable
@@ -310,32 +315,99 @@ def place_messages(
 SAFE_KEYS_CHARS = 8000
 
 
-def column_send_results(puts: BatchPutResults, broker_name: str) -> list[SendResult]:
-    """The SendResults of a plain batch's columns (one status, topic and queue)."""
-    status = send_status_of(puts.status, puts)
-    topic = puts.topic
-    queue_id = puts.queue_id
-    store_timestamp = puts.store_timestamp
-    new_result = SendResultBuilder
-    results: list[Any] = []
-    append = results.append
-    r: Any
-    for msg_id, offset_msg_id, queue_offset in zip(
-        puts.msg_ids, puts.offset_msg_ids, puts.queue_offsets, strict=True
-    ):
-        r = new_result()
-        r.status = status
+class ColumnSendResults(Sequence[SendResult]):
+    """The SendResults of one put whose results came back as columns (``BatchPutResults``:
+    one status, topic and queue for the batch), each made when read. The Kafka produce reads
+    only the first of a batch of thousands; a reader of all of them iterates, which makes
+    every offsetMsgId in one pass.
+
+    Raises (when built): as :func:`send_status_of`, for a put the store refused.
+    """
+
+    __slots__ = ("_puts", "_broker_name", "_status")
+
+    def __init__(self, puts: BatchPutResults, broker_name: str) -> None:
+        self._status = send_status_of(puts.status, puts)
+        self._puts = puts
+        self._broker_name = broker_name
+
+    def __len__(self) -> int:
+        return len(self._puts.msg_ids)
+
+    @overload
+    def __getitem__(self, index: int) -> SendResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[SendResult]: ...
+
+    def __getitem__(self, index: int | slice) -> SendResult | list[SendResult]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("send result index out of range")
+        puts = self._puts
+        return self._result(
+            puts.msg_ids[index], puts.offset_msg_id_at(index), puts.queue_offsets[index]
+        )
+
+    def __iter__(self) -> Iterator[SendResult]:
+        return iter(self.as_list())
+
+    def as_list(self) -> list[SendResult]:
+        """Every SendResult, in order (every offsetMsgId made in one pass)."""
+        puts = self._puts
+        status = self._status
+        topic = puts.topic
+        queue_id = puts.queue_id
+        store_timestamp = puts.store_timestamp
+        broker_name = self._broker_name
+        new_result = SendResultBuilder
+        results: list[Any] = []
+        append = results.append
+        r: Any
+        # _result's SendResult, inline: this loop runs for every message of a batch.
+        for msg_id, offset_msg_id, queue_offset in zip(
+            puts.msg_ids, puts.offset_msg_ids, puts.queue_offsets, strict=True
+        ):
+            r = new_result()
+            r.status = status
+            r.msg_id = msg_id
+            r.offset_msg_id = offset_msg_id
+            r.topic = topic
+            r.queue_id = queue_id
+            r.queue_offset = queue_offset
+            r.broker_name = broker_name
+            r.store_timestamp = store_timestamp
+            r.delayed = False
+            r.__class__ = SendResult
+            append(r)
+        return results
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self.as_list() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ColumnSendResults({self.as_list()!r})"
+
+    def _result(self, msg_id: str, offset_msg_id: str, queue_offset: int) -> SendResult:
+        puts = self._puts
+        r: Any = SendResultBuilder()
+        r.status = self._status
         r.msg_id = msg_id
         r.offset_msg_id = offset_msg_id
-        r.topic = topic
-        r.queue_id = queue_id
+        r.topic = puts.topic
+        r.queue_id = puts.queue_id
         r.queue_offset = queue_offset
-        r.broker_name = broker_name
-        r.store_timestamp = store_timestamp
+        r.broker_name = self._broker_name
+        r.store_timestamp = puts.store_timestamp
         r.delayed = False
         r.__class__ = SendResult
-        append(r)
-    return results
+        return r  # type: ignore[no-any-return]
 
 
 def _to_message(
@@ -472,7 +544,7 @@ def store_placed(
         members = [placed[i] for i in indexes]
         puts = store.put_batch([p.message for p in members], members[0].store_queue_id)
         if isinstance(puts, BatchPutResults) and all(_as_stored(p, puts.topic) for p in members):
-            sent = column_send_results(puts, broker_name)
+            sent: Sequence[SendResult] = ColumnSendResults(puts, broker_name)
         else:
             sent = put_send_results(members, puts, broker_name)
         for i, result in zip(indexes, sent, strict=True):

@@ -59,7 +59,6 @@ from mqcore.format.record import (
 )
 from mqcore.message import Message, MessageExt
 from mqcore.store.config import StoreConfig
-from mqcore.store.files.mapped_file import MappedFile
 from mqcore.store.files.prefault import reserve_chunk_bytes
 from mqcore.store.files.segments import MappedFileQueue
 from mqcore.store.put.plain_batch import PlainColumns, encode_plain, encode_plain_columns
@@ -490,8 +489,3 @@ class CommitLog:
                 quarantine.refresh()  # another process may have quarantined it
             break
         yield offset
-
-    # -- tools ----------------------------------------------------------------------------
-
-    def segments_snapshot(self) -> tuple[MappedFile, ...]:
-        return self.segments.files

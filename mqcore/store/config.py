@@ -93,8 +93,3 @@ class StoreConfig:
     @property
     def consume_queue_file_size(self) -> int:
         return self.consume_queue_file_entries * 20
-
-    @property
-    def max_record_size(self) -> int:
-        """Largest encoded record: body limit + 64 KiB for headers and properties (spec 1.6)."""
-        return self.max_message_size + 64 * 1024

@@ -1,7 +1,7 @@
 """The broker's live state as Prometheus metrics, read when ``/metrics`` is scraped.
 
 Nothing here counts anything: each scrape asks the running broker what the status endpoint
-and the console's overview ask it (``Broker.status``, ``Broker.group_lag``, the runtime's
+and the console's overview ask it (``Broker.status``, ``BrokerAdmin.group_lag``, the runtime's
 service states, the store's health, the tier's totals), so the figures are the ones those
 pages show, and nothing is paid between scrapes.
 
@@ -141,7 +141,7 @@ class BrokerCollector(Collector):
             labels=("topic",),
         )
         reader, topics = broker.reader, broker.metadata.topics
-        for info in broker.list_topics():
+        for info in broker.admin.list_topics():
             config = topics.get(info.name)
             total = sum(
                 reader.max_offset(info.name, q) for q in queue_ids(reader, config, info.name)
@@ -168,11 +168,11 @@ class BrokerCollector(Collector):
             "How long the group's oldest unconsumed message of the topic has waited.",
             labels=("group", "topic"),
         )
-        for info in broker.list_groups():
+        for info in broker.admin.list_groups():
             if info.system:
                 continue
             per_topic: dict[str, tuple[int, int]] = {}
-            for q in broker.group_lag(info.name).queues:
+            for q in broker.admin.group_lag(info.name).queues:
                 count, age_ms = per_topic.get(q.topic, (0, 0))
                 per_topic[q.topic] = (count + q.lag, max(age_ms, q.lag_ms))
             for topic, (count, age_ms) in sorted(per_topic.items()):

@@ -120,13 +120,13 @@ def anonymous(db: None, broker_runtime: BrokerRuntime) -> APIClient:
 @pytest.fixture
 def topic(broker: Broker) -> str:
     """A topic with 4 queues."""
-    broker.create_topic("orders", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.create_topic("orders", read_queue_nums=4, write_queue_nums=4)
     return "orders"
 
 
 @pytest.fixture
 def group(broker: Broker) -> str:
-    broker.create_group("billing", retry_max_times=2)
+    broker.admin.create_group("billing", retry_max_times=2)
     return "billing"
 
 

@@ -27,9 +27,9 @@ DLQ = f"%DLQ%{GROUP}"
 def shop(broker: Broker) -> Broker:
     """Topics orders-eu and billing, groups billing-app and audit-app."""
     for name in ("orders-eu", "billing"):
-        broker.create_topic(name, read_queue_nums=1, write_queue_nums=1)
-    broker.create_group(GROUP, retry_max_times=2)
-    broker.create_group("audit-app")
+        broker.admin.create_topic(name, read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_group(GROUP, retry_max_times=2)
+    broker.admin.create_group("audit-app")
     return broker
 
 
@@ -92,7 +92,7 @@ def test_a_group_page_edit_and_delete_follow_the_entries(
         "describe on group",
         "denied to User:otto by an ACL",
     )
-    assert "otto" in body and shop.get_group(GROUP).retry_max_times == 5
+    assert "otto" in body and shop.admin.get_group(GROUP).retry_max_times == 5
     add(admin, group_entry("Role:operator", GROUP, "delete", "deny"))
     refused(operator.delete(f"/api/v1/groups/{GROUP}"), "delete on group")
     assert shop.metadata.groups.get(GROUP) is not None
@@ -171,7 +171,7 @@ def test_dlq_resend_needs_the_dlq_read_and_the_original_topic_written(
     refused(viewer.post(url), "write on any topic", "(role viewer)")
     add(admin, entry("Role:operator", "orders-eu", "write", "deny"))
     refused(operator.post(url), "write on topic", "orders-eu", "denied to Role:operator")
-    assert shop.topic_status("orders-eu").message_count == 1  # nothing resent
+    assert shop.admin.topic_status("orders-eu").message_count == 1  # nothing resent
     add(admin, entry("User:otto", DLQ, "read", "deny"))
     refused(operator.post(url), "read on topic", DLQ)
     # No role: the group described, its DLQ read, the original topic written.
@@ -185,7 +185,7 @@ def test_dlq_resend_needs_the_dlq_read_and_the_original_topic_written(
     assert r.status_code == 200, r.content
     assert r.json()["topic"] == "orders-eu" and r.json()["msg_id"] == sent.msg_id
     wait_dispatched(shop)
-    assert shop.topic_status("orders-eu").message_count == 2
+    assert shop.admin.topic_status("orders-eu").message_count == 2
 
 
 def test_a_resend_to_a_topic_not_allowed_is_refused_for_a_user_with_no_role(
@@ -203,7 +203,7 @@ def test_a_resend_to_a_topic_not_allowed_is_refused_for_a_user_with_no_role(
     refused(
         svc.post(f"/api/v1/groups/{GROUP}/dlq/{sent.msg_id}/resend"), "write on topic 'billing'"
     )
-    assert shop.topic_status("billing").message_count == 1
+    assert shop.admin.topic_status("billing").message_count == 1
 
 
 # -- topic creation -------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def add(admin: APIClient, *entries: dict[str, str]) -> Any:
 def topics(broker: Broker) -> list[str]:
     names = ["orders-eu", "orders-us", "billing"]
     for name in names:
-        broker.create_topic(name, read_queue_nums=1, write_queue_nums=1)
+        broker.admin.create_topic(name, read_queue_nums=1, write_queue_nums=1)
     return names
 
 
@@ -93,7 +93,7 @@ def test_a_deny_wins_over_the_role_and_over_an_allow(
 def test_group_operations_are_decided_by_entries_too(
     admin: APIClient, operator: APIClient, broker: Broker, topics: list[str]
 ) -> None:
-    broker.create_group("billing-app")
+    broker.admin.create_group("billing-app")
     reset = {"topic": "orders-eu", "to": "earliest"}
     url = "/api/v1/groups/billing-app/offsets/reset"
     assert operator.post(url, reset, format="json").status_code == 200
@@ -220,7 +220,7 @@ def test_an_entry_may_name_topics_as_kafka_clients_do(
 ) -> None:
     """Kafka's ``shop.orders`` is the store's ``shop|orders``: an entry typed either way
     covers it, and is shown (and filtered) by the store's name."""
-    broker.create_topic("shop|orders", read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_topic("shop|orders", read_queue_nums=1, write_queue_nums=1)
     svc = token_client(make_user("svc", None))
     created = add(admin, entry("User:svc", "shop.", "write", pattern_type="prefixed"))
     assert created["entries"][0]["resource_name"] == "shop|"

@@ -20,7 +20,10 @@ def _delete_oldest_segment(broker: Broker) -> None:
     """What cleanup does: drop the first CommitLog segment, then its queue and index files."""
     store = broker.store
     segments = store.commit_log.segments
-    assert segments.delete_first_files_below(segments.min_offset + segments.file_size) == 1
+    first_end = segments.min_offset + segments.file_size
+    assert (
+        segments.delete_first_files_while(lambda f: f.base_offset + f.file_size <= first_end) == 1
+    )
     low = store.commit_log.min_offset
     store.queues.clean_expired(low)
     store.index.delete_expired(low)

@@ -114,7 +114,7 @@ def _bad_topics() -> list[tuple[str, str, str]]:
 def test_invalid_document_changes_nothing(
     admin: APIClient, broker: Broker, text: str, field: str, rule: str
 ) -> None:
-    broker.create_topic("Keep", read_queue_nums=2)
+    broker.admin.create_topic("Keep", read_queue_nums=2)
     before = admin.get("/api/v1/config/topics.json").content
     r = put(admin, "topics.json", text)
     body = assert_problem(r, 400)
@@ -122,7 +122,7 @@ def test_invalid_document_changes_nothing(
         assert body["field"] == field, body
     assert body["rule"] == rule, body
     assert admin.get("/api/v1/config/topics.json").content == before
-    assert broker.get_topic("Keep").read_queue_nums == 2
+    assert broker.admin.get_topic("Keep").read_queue_nums == 2
     assert not AuditEntry.objects.filter(action="config.import").exists()
 
 

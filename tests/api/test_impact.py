@@ -49,12 +49,12 @@ def test_shrinking_read_queues_with_messages_needs_confirmation(
     assert lagging["group"] == group and lagging["lag"] == 3
     assert [q["queue_id"] for q in lagging["queues"]] == [1, 2, 3]
     assert "3 messages stranded" in body["detail"] and "?confirm=true" in body["detail"]
-    assert broker.get_topic(topic).read_queue_nums == 4  # nothing changed
+    assert broker.admin.get_topic(topic).read_queue_nums == 4  # nothing changed
     assert not AuditEntry.objects.filter(action="topic.update").exists()
 
     r = operator.patch(f"/api/v1/topics/{topic}?confirm=true", change, format="json")
     assert r.status_code == 200, r.content
-    assert broker.get_topic(topic).read_queue_nums == 1
+    assert broker.admin.get_topic(topic).read_queue_nums == 1
     entry = AuditEntry.objects.get(action="topic.update")
     assert entry.new_value["read_queue_nums"] == 1
     assert entry.new_value["stranded"]["messages"] == 3
@@ -66,10 +66,10 @@ def test_shrinking_only_write_queues_or_empty_queues_needs_no_confirmation(
     _backlog(broker, topic, group)
     r = operator.patch(f"/api/v1/topics/{topic}", {"write_queue_nums": 1}, format="json")
     assert r.status_code == 200, r.content
-    broker.create_topic("empty", read_queue_nums=8, write_queue_nums=8)
+    broker.admin.create_topic("empty", read_queue_nums=8, write_queue_nums=8)
     r = operator.patch("/api/v1/topics/empty", {"read_queue_nums": 2}, format="json")
     assert r.status_code == 200, r.content
-    assert broker.get_topic("empty").read_queue_nums == 2
+    assert broker.admin.get_topic("empty").read_queue_nums == 2
 
 
 # -- topic delete -------------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_config_import_dry_run_shows_the_diff_and_the_messages_and_groups_it_aff
     admin: APIClient, broker: Broker, topic: str, group: str
 ) -> None:
     _backlog(broker, topic, group)
-    broker.create_topic("payments", read_queue_nums=2, write_queue_nums=2)
+    broker.admin.create_topic("payments", read_queue_nums=2, write_queue_nums=2)
     before = admin.get("/api/v1/config/topics.json").content
     document = _topics_document(admin)
     table = document["topicConfigTable"]
@@ -191,7 +191,7 @@ def test_config_import_dry_run_shows_the_diff_and_the_messages_and_groups_it_aff
     assert applied.json()["diff"]["removed"] == [topic]
     assert "nothing else changed" not in applied.content.decode()
     assert broker.metadata.topics.get(topic) is None
-    assert broker.get_topic("payments").perm == 4
+    assert broker.admin.get_topic("payments").perm == 4
     entry = AuditEntry.objects.get(action="config.import")
     assert entry.new_value["diff"]["removed"] == [topic]
     assert entry.new_value["diff"]["impact"][0]["messages"] == 4
@@ -200,8 +200,8 @@ def test_config_import_dry_run_shows_the_diff_and_the_messages_and_groups_it_aff
 def test_config_import_that_loses_nothing_needs_no_confirmation(
     admin: APIClient, broker: Broker
 ) -> None:
-    broker.create_topic("gone", read_queue_nums=2, write_queue_nums=2)
-    broker.create_topic("shrunk", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.create_topic("gone", read_queue_nums=2, write_queue_nums=2)
+    broker.admin.create_topic("shrunk", read_queue_nums=4, write_queue_nums=4)
     send(broker, "shrunk", b"kept", queue_id=0)
     document = _topics_document(admin)
     del document["topicConfigTable"]["gone"]
@@ -301,12 +301,12 @@ def test_a_second_dlq_resend_of_the_same_message_needs_confirmation(
     assert again["impact"]["msg_id"] == sent.msg_id
     assert f"Message {sent.msg_id} was resent" in again["detail"]
     wait_dispatched(broker)
-    assert broker.topic_status(topic).message_count == 2  # the original and one resend
+    assert broker.admin.topic_status(topic).message_count == 2  # the original and one resend
     # The DLQ record's own id finds the same history.
     assert_problem(operator.post(f"/api/v1/groups/{group}/dlq/{dlq_record}/resend"), 409, "confirm")
 
     confirmed = operator.post(resend + "?confirm=true")
     assert confirmed.status_code == 200, confirmed.content
     wait_dispatched(broker)
-    assert broker.topic_status(topic).message_count == 3
+    assert broker.admin.topic_status(topic).message_count == 3
     assert AuditEntry.objects.filter(action="message.dlq_resend", target=sent.msg_id).count() == 2

@@ -244,7 +244,7 @@ def test_viewer_cannot_send(viewer: APIClient, topic: str) -> None:
 
 
 def test_topic_not_writable_is_403(operator: APIClient, broker: Broker, topic: str) -> None:
-    broker.update_topic(topic, perm=4)
+    broker.admin.update_topic(topic, perm=4)
     assert_problem(post(operator, topic, {"body": "x"}), 403, "topic", "topic_not_writable")
 
 
@@ -264,8 +264,8 @@ class TestAutoCreate:
     ) -> None:
         r = post(operator, "fresh", {"body": "x"})
         assert r.status_code == 200, r.content
-        tbw = broker.get_topic("TBW102")
-        fresh = broker.get_topic("fresh")
+        tbw = broker.admin.get_topic("TBW102")
+        fresh = broker.admin.get_topic("fresh")
         assert fresh.perm == tbw.perm & ~1
         assert fresh.write_queue_nums <= tbw.write_queue_nums
 

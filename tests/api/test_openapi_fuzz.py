@@ -31,8 +31,8 @@ def broker_options() -> dict[str, Any]:
 
 def _seed(broker: Broker) -> None:
     """What the document's examples name, so the explicit phase reaches real resources."""
-    broker.create_topic("TopicTest", read_queue_nums=4, write_queue_nums=4)
-    broker.create_group("group_a")
+    broker.admin.create_topic("TopicTest", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.create_group("group_a")
     broker.send("TopicTest", [OutgoingMessage(body=b"seed", keys=("k",), queue_id=0)])
     wait_dispatched(broker)
 

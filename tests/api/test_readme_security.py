@@ -79,8 +79,8 @@ def run(client: APIClient, words: list[str]) -> Any:
 
 def test_the_readme_acl_examples_do_what_they_say(admin: APIClient, broker: Broker) -> None:
     for name in ("orders-eu", "orders-us", "payroll", "weather"):
-        broker.create_topic(name, read_queue_nums=1, write_queue_nums=1)
-    broker.create_group("billing")
+        broker.admin.create_topic(name, read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_group("billing")
     commands = readme_commands()
     *setup, delete = commands
     answers = [run(admin, words) for words in setup]

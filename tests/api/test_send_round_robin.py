@@ -142,7 +142,7 @@ def test_a_usual_batch_answers_and_stores_what_the_general_path_does(
     operator: APIClient, broker: Broker, count: int
 ) -> None:
     for name in ("usual", "general"):
-        broker.create_topic(name, read_queue_nums=3, write_queue_nums=3)
+        broker.admin.create_topic(name, read_queue_nums=3, write_queue_nums=3)
     for round_ in range(2):
         messages = [{"body": f"m{round_}-{i}", "keys": [f"k{i}", "é"]} for i in range(count)]
         # "tag": null makes a body plain but not usual: it takes the general path.
@@ -196,7 +196,7 @@ def test_a_usual_batch_is_refused_as_the_general_path_refuses(
             "max_size",
         )
         assert_problem(post("nope", {"body": "x"} | extra), 404, "topic", "not_found")
-    broker.update_topic(topic, perm=4)
+    broker.admin.update_topic(topic, perm=4)
     for extra in ({}, {"tag": None}):
         assert_problem(post(topic, {"body": "x"} | extra), 403, "topic", "topic_not_writable")
     wait_dispatched(broker)

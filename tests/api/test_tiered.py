@@ -67,7 +67,7 @@ def broker_runtime(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[B
 
 
 def fill(broker: Broker, count: int = COUNT) -> list[OutgoingMessage]:
-    broker.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
+    broker.admin.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
     sent = [
         OutgoingMessage(
             body=f"order {i} ".encode() + bytes([i % 256]) * (100 + i % 50),
@@ -121,7 +121,7 @@ def delete_local(rt: BrokerRuntime) -> None:
 
 @pytest.mark.parametrize("broker_runtime", ["none"], indirect=True)
 def test_off_reports_disabled(viewer: APIClient, broker: Broker) -> None:
-    broker.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
+    broker.admin.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
     body = viewer.get("/api/v1/tiered").json()
     assert body["enabled"] is False and body["queues"] == []
     assert body["backend"] == "none" and body["read_strategy"] is None

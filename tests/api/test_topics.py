@@ -47,7 +47,7 @@ def test_create_get_update_delete_round_trip(operator: APIClient, broker: Broker
     r = operator.patch("/api/v1/topics/t1", {"write_queue_nums": 2, "perm": 4}, format="json")
     assert r.status_code == 200, r.content
     assert (r.json()["write_queue_nums"], r.json()["perm"], r.json()["writable"]) == (2, 4, False)
-    assert broker.get_topic("t1").perm == 4
+    assert broker.admin.get_topic("t1").perm == 4
 
     # It still stores 2 messages: the delete needs ?confirm=true (tests/api/test_impact.py).
     assert_problem(operator.delete("/api/v1/topics/t1"), 409, "confirm", "required")

@@ -62,7 +62,7 @@ def test_runtime_uploads_and_serves_cold_offsets(tmp_path: Path) -> None:
         assert broker is not None and store is not None
         assert isinstance(rt.tiered, TieredMessageStore) and broker.reader is rt.tiered
         assert {"tiered_upload", "tiered_retention"} <= {loop.name for loop in rt.loops}
-        broker.create_topic("orders", read_queue_nums=1, write_queue_nums=1)
+        broker.admin.create_topic("orders", read_queue_nums=1, write_queue_nums=1)
         bodies = [f"message {i} ".encode() * 20 for i in range(150)]
         for i, body in enumerate(bodies):
             broker.send("orders", [OutgoingMessage(body, keys=[f"k{i}"])])

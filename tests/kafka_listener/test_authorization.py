@@ -53,7 +53,7 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
     try:
         for name in ("orders|eu", "orders|us", "payments"):
-            b.create_topic(name, read_queue_nums=2, write_queue_nums=2)
+            b.admin.create_topic(name, read_queue_nums=2, write_queue_nums=2)
         yield b
     finally:
         b.close()
@@ -215,7 +215,7 @@ def test_metadata_lists_only_describable_topics(ctx: KafkaContext, broker: Broke
                                                               "orders.eu": 0}  # fmt: skip
     # Auto-creation (on in this listener) needs CREATE: a viewer's request creates nothing.
     assert metadata(ctx, VIEWER, ["auto.made"]) == {"auto.made": TOPIC_AUTH}
-    assert "auto|made" not in {t.name for t in broker.list_topics()}
+    assert "auto|made" not in {t.name for t in broker.admin.list_topics()}
     assert metadata(ctx, OPERATOR, ["auto.made"]) == {"auto.made": 0}
     assert ctx.access.audited[-1][:4] == ("User:olga", "topic.create", "topic", "auto|made")
 
@@ -236,7 +236,7 @@ def test_topic_admin_needs_create_delete_alter_and_is_audited(
     assert send(ctx, OPERATOR, ApiKey.CREATE_PARTITIONS, grow)["results"][0]["error_code"] == 0
     delete = {"topic_names": ["new.one"], "timeout_ms": 1000}
     assert send(ctx, VIEWER, ApiKey.DELETE_TOPICS, delete)["responses"][0]["error_code"] == 29
-    assert broker.get_topic("new|one").read_queue_nums == 4
+    assert broker.admin.get_topic("new|one").read_queue_nums == 4
     assert send(ctx, OPERATOR, ApiKey.DELETE_TOPICS, delete)["responses"][0]["error_code"] == 0
     actions = [(a[1], a[3]) for a in access.audited]
     assert actions == [("topic.create", "new|one"), ("topic.update", "new|one"),
@@ -262,7 +262,7 @@ def test_a_deny_on_the_topic_name_refuses_creation_despite_the_role(
               "timeout_ms": 1000, "validate_only": False}  # fmt: skip
     assert send(ctx, OPERATOR, ApiKey.CREATE_TOPICS, create)["topics"][0]["error_code"] == 29
     assert metadata(ctx, OPERATOR, ["private.y"]) == {"private.y": TOPIC_AUTH}
-    assert not {"private|x", "private|y"} & {t.name for t in broker.list_topics()}
+    assert not {"private|x", "private|y"} & {t.name for t in broker.admin.list_topics()}
     create["topics"][0]["name"] = "public.x"
     assert send(ctx, OPERATOR, ApiKey.CREATE_TOPICS, create)["topics"][0]["error_code"] == 0
 

@@ -151,7 +151,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningListene
     config = ListenerConfig(port=0, initial_rebalance_delay_ms=100, fetch_cache_bytes=0)
     with RunningListener(Path(tmp_path_factory.mktemp("bombs")), config) as r:
         assert r.broker is not None
-        r.broker.create_topic("bombs", read_queue_nums=1, write_queue_nums=1)
+        r.broker.admin.create_topic("bombs", read_queue_nums=1, write_queue_nums=1)
         yield r
 
 
@@ -226,7 +226,7 @@ def test_the_cap_follows_the_brokers_batch_limit(tmp_path: Path, max_batch_mib: 
     assert len(batch) < MIB and count * 99 > MAX_DECOMPRESSED_BYTES
     config = BrokerConfig(max_batch_bytes=max_batch_mib * MIB)
     with Broker.open(tmp_path, config=config) as broker:
-        broker.create_topic("big", read_queue_nums=1, write_queue_nums=1)
+        broker.admin.create_topic("big", read_queue_nums=1, write_queue_nums=1)
         reply = _store_partition(
             broker, ProducerStates(broker.clock), BatchCache(0), "big", 0, batch,
             Call(ApiKey.PRODUCE, 7, 1, None, {}),

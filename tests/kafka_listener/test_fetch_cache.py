@@ -31,7 +31,7 @@ RECORDS = [(r.offset_delta, r.timestamp, r.key, r.value, tuple(r.headers)) for r
 
 def _broker(root: Path, dispatch_on_send: bool) -> Broker:
     b = Broker.open(root, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=dispatch_on_send))
-    b.create_topic("t", read_queue_nums=2, write_queue_nums=2)
+    b.admin.create_topic("t", read_queue_nums=2, write_queue_nums=2)
     return b
 
 
@@ -103,8 +103,8 @@ def test_a_cached_batch_the_store_does_not_hold_is_not_served(
 
 def test_a_deleted_topic_answers_as_the_store_does(ctx: KafkaContext, broker: Broker) -> None:
     call(ctx, ApiKey.PRODUCE, produce_request("t", 0, BATCH))
-    broker.delete_topic("t")  # over REST: the listener is not told
-    broker.create_topic("t", read_queue_nums=2, write_queue_nums=2)
+    broker.admin.delete_topic("t")  # over REST: the listener is not told
+    broker.admin.create_topic("t", read_queue_nums=2, write_queue_nums=2)
     broker.send("t", [OutgoingMessage(b"new", queue_id=0) for _ in range(3)])  # offsets 3-5
     gone = fetched(call(ctx, ApiKey.FETCH, fetch_request("t", 0, 0)))
     assert gone["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE and gone["log_start_offset"] == 3

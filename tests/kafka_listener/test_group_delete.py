@@ -32,8 +32,8 @@ VIEWER = Subject("vera", "viewer", "10.0.0.5", "kafka")
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
     try:
-        b.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
-        b.create_topic("payments", read_queue_nums=1, write_queue_nums=1)
+        b.admin.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
+        b.admin.create_topic("payments", read_queue_nums=1, write_queue_nums=1)
         yield b
     finally:
         b.close()
@@ -109,7 +109,7 @@ def test_placeholder_commits_are_stored_and_fetched_as_they_are(
 
 def test_delete_groups(ctx: KafkaContext, broker: Broker, access: StaticAccess) -> None:
     assert commit(ctx, "old.team", "orders", {0: 5}) == [0]
-    assert broker.get_group("old|team").name == "old|team"  # made by the first commit
+    assert broker.admin.get_group("old|team").name == "old|team"  # made by the first commit
     join_member(ctx, "live", ["orders"])
     request = {"groups_names": ["old.team", "live", "never.seen", "g" * 200]}
     reply = send(ctx, ApiKey.DELETE_GROUPS, request)
@@ -120,7 +120,7 @@ def test_delete_groups(ctx: KafkaContext, broker: Broker, access: StaticAccess) 
         ("g" * 8, ErrorCode.INVALID_GROUP_ID),
     ]
     assert broker.get_offsets("old|team") == {}
-    assert "old|team" not in [g.name for g in broker.list_groups()]
+    assert "old|team" not in [g.name for g in broker.admin.list_groups()]
     described = send(
         ctx,
         ApiKey.DESCRIBE_GROUPS,
@@ -216,7 +216,7 @@ def test_create_topics_refuses_configs_it_cannot_honour(
         code, message = create(ctx, "shop.orders", configs, validate_only)
         assert code == ErrorCode.INVALID_CONFIG
         assert message is not None and says in message
-    assert "shop|orders" not in [t.name for t in broker.list_topics()]
+    assert "shop|orders" not in [t.name for t in broker.admin.list_topics()]
 
 
 def test_create_topics_takes_what_cairn_does_and_describe_configs_says_it(

@@ -34,8 +34,8 @@ from .harness import TEST_STORE_CONFIG
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
     try:
-        b.create_topic("t", read_queue_nums=2, write_queue_nums=2)
-        b.create_topic("a|b", read_queue_nums=1, write_queue_nums=1)
+        b.admin.create_topic("t", read_queue_nums=2, write_queue_nums=2)
+        b.admin.create_topic("a|b", read_queue_nums=1, write_queue_nums=1)
         yield b
     finally:
         b.close()
@@ -271,7 +271,7 @@ def test_metadata_auto_creates_when_enabled(broker: Broker) -> None:
         ctx, ApiKey.METADATA, {"topics": [{"name": "new.one"}], "allow_auto_topic_creation": True}
     )
     assert reply["topics"][0]["error_code"] == 0 and len(reply["topics"][0]["partitions"]) == 3
-    assert broker.get_topic("new|one").read_queue_nums == 3
+    assert broker.admin.get_topic("new|one").read_queue_nums == 3
 
 
 def test_create_and_delete_topics(ctx: KafkaContext, broker: Broker) -> None:
@@ -298,8 +298,8 @@ def test_create_and_delete_topics(ctx: KafkaContext, broker: Broker) -> None:
     }
     codes = [t["error_code"] for t in call(ctx, ApiKey.CREATE_TOPICS, request)["topics"]]
     assert codes == [0, 36, 38, 37, 17, 0]
-    assert broker.get_topic("new|t").read_queue_nums == 2
-    assert broker.get_topic("dflt").read_queue_nums == 1
+    assert broker.admin.get_topic("new|t").read_queue_nums == 2
+    assert broker.admin.get_topic("dflt").read_queue_nums == 1
     reply = call(ctx, ApiKey.DELETE_TOPICS, {"topic_names": ["new.t", "nope"], "timeout_ms": 1})
     assert [r["error_code"] for r in reply["responses"]] == [0, 3]
 
@@ -317,7 +317,7 @@ def test_create_partitions_and_describe_configs(ctx: KafkaContext, broker: Broke
         0,
         37,
     ]
-    assert broker.get_topic("t").read_queue_nums == 4
+    assert broker.admin.get_topic("t").read_queue_nums == 4
     request = {
         "resources": [
             {"resource_type": 2, "resource_name": "t", "configuration_keys": ["retention.ms"]},

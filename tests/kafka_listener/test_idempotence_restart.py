@@ -99,7 +99,7 @@ def values(tag: str, count: int = 3) -> list[bytes]:
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[Running]:
     r = Running(tmp_path / "store")
-    r.broker.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
+    r.broker.admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
     yield r
     r.close()
 
@@ -112,7 +112,7 @@ def crash_image(root: Path, dest: Path) -> Path:
 
 def test_a_retry_after_a_clean_restart_is_answered_with_its_offset(tmp_path: Path) -> None:
     first = Running(tmp_path / "s")
-    first.broker.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+    first.broker.admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
     assert first.produce(batch(0, values("a")))["base_offset"] == 0
     assert first.produce(batch(3, values("b")))["base_offset"] == 3
     first.close()
@@ -251,7 +251,7 @@ def test_the_journal_is_compacted_and_stays_small(tmp_path: Path) -> None:
     from kafka_listener.handlers.produce import _store_partition
 
     r = Running(tmp_path / "s")
-    r.broker.create_topic(TOPIC, read_queue_nums=4, write_queue_nums=4)
+    r.broker.admin.create_topic(TOPIC, read_queue_nums=4, write_queue_nums=4)
     r.ctx.close()  # its producer state is this test's, with a small journal
     store = r.broker.store
     states = ProducerStates.open(store, r.clock, compact_bytes=4096)
@@ -283,7 +283,7 @@ def test_the_journal_is_compacted_and_stays_small(tmp_path: Path) -> None:
 
 def test_a_damaged_journal_is_reported_and_the_broker_starts(tmp_path: Path) -> None:
     first = Running(tmp_path / "s")
-    first.broker.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+    first.broker.admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
     for i in range(4):
         first.produce(batch(i, [b"v%d" % i]))
     image = crash_image(first.root, tmp_path / "image")
@@ -329,7 +329,7 @@ def test_a_full_journal_disk_refuses_idempotent_batches_until_space_returns(
     clock = FakeClock()
     r = Running(tmp_path / "s", clock=clock)
     try:
-        r.broker.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+        r.broker.admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
         [condition] = r.broker.store.health.conditions()
         assert "producer journal cannot be written" in condition.summary
         refused = r.produce(batch(0, values("a")))

@@ -328,7 +328,7 @@ def test_runs_of_alike_records_agree_with_the_loop(
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
     try:
-        b.create_topic("t", read_queue_nums=2, write_queue_nums=2)
+        b.admin.create_topic("t", read_queue_nums=2, write_queue_nums=2)
         yield b
     finally:
         b.close()

@@ -114,7 +114,7 @@ def test_the_timer_syncs_without_a_waiter(tmp_path: Path) -> None:
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG)
-    b.create_topic("t", read_queue_nums=2, write_queue_nums=2)
+    b.admin.create_topic("t", read_queue_nums=2, write_queue_nums=2)
     yield b
     b.close()
 

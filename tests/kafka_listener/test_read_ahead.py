@@ -82,7 +82,7 @@ def test_a_build_runs_off_the_calling_thread() -> None:
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
-    b.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+    b.admin.create_topic("t", read_queue_nums=1, write_queue_nums=1)
     records = [Record(i, 1_700_000_000_000 + i, None, b"value-%d" % i) for i in range(2000)]
     b.send("t", [mapping.record_to_message(r, 0) for r in records])
     try:
@@ -190,7 +190,7 @@ def test_a_real_consumer_reads_everything_in_order_through_read_ahead(tmp_path: 
     values = [b"message-%05d" % i for i in range(5000)]
     with RunningListener(tmp_path, config) as running:
         assert running.broker is not None
-        running.broker.create_topic("ahead", read_queue_nums=1, write_queue_nums=1)
+        running.broker.admin.create_topic("ahead", read_queue_nums=1, write_queue_nums=1)
         producer = KafkaProducer(bootstrap_servers=running.bootstrap, linger_ms=5)
         try:
             for value in values:

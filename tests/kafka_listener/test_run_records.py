@@ -20,6 +20,7 @@ from kafka_listener.records import decode_batches
 from kafka_listener.view_records import ViewBatch
 from mqcore.broker.broker import Broker
 from mqcore.broker.config import BrokerConfig
+from mqcore.broker.placement import ToQueue
 from mqcore.broker.types import OutgoingMessage
 from mqcore.errors import MQError
 from mqcore.format.msgid import HostAddress
@@ -36,8 +37,8 @@ LIMITS = (1 << 20, 20_000, 1_000, 150, 1)
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
-    b.create_topic("t", read_queue_nums=1, write_queue_nums=1)
-    b.create_topic("other", read_queue_nums=1, write_queue_nums=1)
+    b.admin.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+    b.admin.create_topic("other", read_queue_nums=1, write_queue_nums=1)
     try:
         yield b
     finally:
@@ -49,7 +50,7 @@ def _fresh_broker(factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """A broker of its own with topic ``t`` (Hypothesis examples cannot share the fixture's)."""
     b = Broker.open(factory.mktemp("store"), TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))  # fmt: skip
     try:
-        b.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+        b.admin.create_topic("t", read_queue_nums=1, write_queue_nums=1)
         yield b
     finally:
         b.close()
@@ -363,14 +364,14 @@ def _store(broker: Broker, records: list[tuple[int, str | dict[str, str] | None]
         born = 1_700_000_000_000 + i
         if isinstance(keys, dict):
             if plain:
-                broker.send_plain("t", 0, plain)
+                broker.send("t", plain, ToQueue(0))
                 plain = []
             message = Message("t", b"b" * size, properties=keys, born_timestamp=born)
             broker.store.put_messages([message], 0)
         else:
             plain.append(Message("t", b"b" * size, keys=keys or "", born_timestamp=born))
     if plain:
-        broker.send_plain("t", 0, plain)
+        broker.send("t", plain, ToQueue(0))
     broker.store.dispatch_until_caught_up()
 
 
@@ -422,7 +423,7 @@ def test_any_queue_gives_the_views_bytes(
             )
             for i, size in enumerate(bodies)
         ]
-        broker.send_plain("t", 0, messages)
+        broker.send("t", messages, ToQueue(0))
         offset = 0
         while offset < len(bodies):
             with pytest.MonkeyPatch.context() as monkeypatch:

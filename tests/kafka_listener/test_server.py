@@ -77,7 +77,7 @@ class Client:
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningListener]:
     with RunningListener(Path(tmp_path_factory.mktemp("server"))) as r:
         assert r.broker is not None
-        r.broker.create_topic("t", read_queue_nums=2, write_queue_nums=2)
+        r.broker.admin.create_topic("t", read_queue_nums=2, write_queue_nums=2)
         r.broker.send("t", [OutgoingMessage(b"keep-%d" % i, queue_id=0) for i in range(5)])
         yield r
 

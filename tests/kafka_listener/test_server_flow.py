@@ -28,7 +28,7 @@ FRAME_RECORDS = 6 * MIB
 def listener(root: Path, config: ListenerConfig) -> Iterator[RunningListener]:
     with RunningListener(root, config) as r:
         assert r.broker is not None
-        r.broker.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+        r.broker.admin.create_topic("t", read_queue_nums=1, write_queue_nums=1)
         yield r
 
 

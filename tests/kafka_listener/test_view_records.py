@@ -42,7 +42,7 @@ KAFKA_RECORDS = [
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker.open(tmp_path, TEST_STORE_CONFIG, config=BrokerConfig(dispatch_on_send=True))
-    b.create_topic("t", read_queue_nums=1, write_queue_nums=1)
+    b.admin.create_topic("t", read_queue_nums=1, write_queue_nums=1)
     try:
         yield b
     finally:

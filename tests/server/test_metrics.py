@@ -220,7 +220,7 @@ def test_rest_and_kafka_traffic_moves_the_counters_by_what_was_sent(
     operator: APIClient, broker: Broker, kafka: Listener
 ) -> None:
     topic, group = "metrics-orders", "metrics-billing"
-    broker.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
     before = scrape(operator)
 
     # 7 messages over REST in 3 requests, 4 over Kafka in 4 Produce requests.
@@ -261,7 +261,7 @@ def test_rest_and_kafka_traffic_moves_the_counters_by_what_was_sent(
     assert delta("cairn_messages_out_total") == 11
     assert value(after, "cairn_group_lag_messages", group=group, topic=topic) == 3
     lag_s = value(after, "cairn_group_lag_seconds", group=group, topic=topic)
-    oldest_unconsumed = broker.group_lag(group).queues[0]
+    oldest_unconsumed = broker.admin.group_lag(group).queues[0]
     assert oldest_unconsumed.lag == 3
     assert 0 < lag_s <= (time.time() * 1000 - oldest_unconsumed.oldest_unconsumed_timestamp) / 1000
     # The same lag the REST API reports (asked later: its age is no younger).
@@ -291,7 +291,7 @@ def test_fetches_served_from_produced_batches_are_counted(
     """Kafka-produced batches are fetched from the listener's cache of them, not the store
     (``kafka_listener/batch_cache.py``): those messages count as delivered all the same."""
     topic = "metrics-cached"
-    broker.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
     producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, linger_ms=50)
     for batch in range(3):
         for i in range(5):
@@ -364,7 +364,7 @@ def test_a_refused_request_is_counted_under_its_code(operator: APIClient, broker
 def test_store_disk_services_and_health_are_the_status_endpoints(
     operator: APIClient, broker: Broker
 ) -> None:
-    broker.create_topic("metrics-size", read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_topic("metrics-size", read_queue_nums=1, write_queue_nums=1)
     send_rest(operator, "metrics-size", ["x" * 1000] * 20)
     wait_dispatched(broker)
     status = operator.get("/api/v1/status").json()  # first: services only run more since
@@ -476,8 +476,8 @@ def test_the_dashboard_uses_only_metrics_the_endpoint_exposes(
 ) -> None:
     """Traffic of every kind first (histogram series exist once observed), then every metric
     name the dashboard's queries name must be in the scrape."""
-    broker.create_topic("metrics-board", read_queue_nums=1, write_queue_nums=1)
-    broker.create_group("metrics-board-group")
+    broker.admin.create_topic("metrics-board", read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_group("metrics-board-group")
     send_rest(operator, "metrics-board", ["a", "b"])
     broker.commit_offset("metrics-board-group", "metrics-board", 0, 1)
     producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)

@@ -63,9 +63,9 @@ def acls(monkeypatch: pytest.MonkeyPatch) -> Entries:
 def shop(broker: Broker) -> Broker:
     """Topics orders-eu, orders-us, billing (a message each, key ``k``) and group billing."""
     for topic in ("orders-eu", "orders-us", "billing"):
-        broker.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
+        broker.admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
         send(broker, topic, f"in {topic}".encode(), keys=("k",))
-    broker.create_group("billing")
+    broker.admin.create_group("billing")
     broker.store.dispatch_until_caught_up()
     broker.commit_offset("billing", "billing", 0, 0)
     return broker
@@ -84,7 +84,7 @@ def test_an_operator_denied_a_topic_cannot_see_or_send_to_it(
     assert "denied to User:otto by an ACL" in html(refused)
     sent = client.post("/topics/billing/send/", {"body": "x", "body_encoding": "text"})
     assert sent.status_code == 403 and "write on topic billing" in html(sent)
-    assert shop.topic_status("billing").message_count == 1
+    assert shop.admin.topic_status("billing").message_count == 1
     for url in ("/topics/billing/edit/", "/topics/billing/delete/"):
         assert client.get(url).status_code == 403, url
     deleted = client.post("/topics/billing/delete/", {"confirm_name": "billing"})

@@ -235,7 +235,7 @@ def test_an_entry_added_in_the_console_changes_the_users_view_at_once(
     broker: Broker, admin: Any
 ) -> None:
     for topic in ("orders-eu", "billing"):
-        broker.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
+        broker.admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
     svc = client_for(make_user("svc", None))
     assert svc.get("/topics/").status_code == 403
     client_for(admin).post(

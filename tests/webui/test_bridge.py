@@ -74,7 +74,7 @@ def test_event_from_dispatch() -> None:
 
 
 def test_unwatched_topics_cost_nothing(broker: Broker) -> None:
-    broker.create_topic("Orders")
+    broker.admin.create_topic("Orders")
     sent_before = bridge.sent
     send(broker, "Orders", b"x", keys=("k",))
     broker.store.dispatch_until_caught_up()
@@ -114,7 +114,7 @@ def test_events_published_by_another_process_reach_the_trace(
 ) -> None:
     """With CAIRN_REDIS_URL the channel layer is Redis: a Celery reput worker publishes the
     same events with ``publish()`` and subscribed consumers deliver them."""
-    broker.create_topic("Orders")
+    broker.admin.create_topic("Orders")
     token = make_token(make_user("prog", "viewer"))
     layers = {
         "default": {

@@ -34,7 +34,7 @@ def _without(client: Any, name: str) -> str:
 
 
 def test_a_preview_is_applied_only_by_its_uploader(broker: Broker, admin: Any) -> None:
-    broker.create_topic("Orders", read_queue_nums=2)
+    broker.admin.create_topic("Orders", read_queue_nums=2)
     client = client_for(admin)
     preview = client.post(
         "/config/", {"document": "topics.json", "text": _without(client, "Orders")}
@@ -67,13 +67,15 @@ def test_a_preview_is_applied_only_by_its_uploader(broker: Broker, admin: Any) -
 
 
 def test_a_table_changed_since_the_preview_is_shown_again(broker: Broker, admin: Any) -> None:
-    broker.create_topic("Orders", read_queue_nums=2)
+    broker.admin.create_topic("Orders", read_queue_nums=2)
     client = client_for(admin)
     preview = client.post(
         "/config/", {"document": "topics.json", "text": _without(client, "Orders")}
     )
     token = _token(preview)
-    broker.create_topic("Payments")  # someone else's change: the upload would now remove it too
+    broker.admin.create_topic(
+        "Payments"
+    )  # someone else's change: the upload would now remove it too
     moved = client.post(
         "/config/", {"document": "topics.json", "action": "apply", "token": token, "confirm": "on"}
     )
@@ -96,16 +98,16 @@ def test_a_broken_upload_shows_its_error_and_no_preview(broker: Broker, admin: A
 
 
 def test_shrinking_empty_queues_saves_without_asking(broker: Broker, operator: Any) -> None:
-    broker.create_topic("Orders", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.create_topic("Orders", read_queue_nums=4, write_queue_nums=4)
     send(broker, "Orders", queue_id=0)
     broker.store.dispatch_until_caught_up()
     form = {"read_queue_nums": "1", "write_queue_nums": "1", "perm": "6"}
     saved = client_for(operator).post("/topics/Orders/edit/", form)
-    assert saved.status_code == 302 and broker.get_topic("Orders").read_queue_nums == 1
+    assert saved.status_code == 302 and broker.admin.get_topic("Orders").read_queue_nums == 1
 
 
 def test_shrinking_queues_with_messages_asks_first(broker: Broker, operator: Any) -> None:
-    broker.create_topic("Orders", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.create_topic("Orders", read_queue_nums=4, write_queue_nums=4)
     send(broker, "Orders", queue_id=3)
     broker.store.dispatch_until_caught_up()
     client = client_for(operator)
@@ -114,14 +116,14 @@ def test_shrinking_queues_with_messages_asks_first(broker: Broker, operator: Any
     page = html(asked)
     assert asked.status_code == 200 and 'data-testid="shrink-impact"' in page
     assert "1 message stranded" in page and "No group consumes Orders" in page
-    assert broker.get_topic("Orders").read_queue_nums == 4
+    assert broker.admin.get_topic("Orders").read_queue_nums == 4
     saved = client.post("/topics/Orders/edit/", form | {"confirm_impact": "on"})
-    assert saved.status_code == 302 and broker.get_topic("Orders").read_queue_nums == 2
+    assert saved.status_code == 302 and broker.admin.get_topic("Orders").read_queue_nums == 2
 
 
 def test_the_message_pages_resend_warns_too(broker: Broker, operator: Any) -> None:
-    broker.create_topic("Orders")
-    broker.create_group("billing")
+    broker.admin.create_topic("Orders")
+    broker.admin.create_group("billing")
     sent = send(broker, "Orders", b"poison", keys=("order-9",))
     broker.store.dispatch_until_caught_up()
     broker.send_back("billing", sent.offset_msg_id, delay_level=-1)
@@ -135,7 +137,7 @@ def test_the_message_pages_resend_warns_too(broker: Broker, operator: Any) -> No
     page = html(second)
     assert 'data-testid="resend-again"' in page and "by <strong>otto</strong>" in page
     assert 'data-testid="resend-outcomes"' not in page
-    assert broker.topic_status("Orders").message_count == 2
+    assert broker.admin.topic_status("Orders").message_count == 2
     third = client.post("/groups/billing/dlq/", {"msg_id": [sent.msg_id], "again": "1"})
     assert "resent again" in html(third)
     assert AuditEntry.objects.filter(action="message.dlq_resend", target=sent.msg_id).count() == 2

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 def test_message_page_shows_kafka_headers_not_reserved_properties(
     broker: Broker, viewer: Any
 ) -> None:
-    broker.create_topic("Orders")
+    broker.admin.create_topic("Orders")
     headers = (("trace", b"t-1"), ("trace", b"t-2"), ("bin", b"\xff"), ("nil", None))
     [sent] = broker.send("Orders", [record_to_message(Record(0, 1, b"k", b"v", headers), 0)])
     broker.store.dispatch_until_caught_up()
@@ -36,7 +36,7 @@ def test_message_page_shows_kafka_headers_not_reserved_properties(
 
 
 def test_message_page_of_a_plain_message_has_no_kafka_headers(broker: Broker, viewer: Any) -> None:
-    broker.create_topic("Orders")
+    broker.admin.create_topic("Orders")
     [sent] = broker.send("Orders", [record_to_message(Record(0, 1, b"k", b"v", ()), 0)])
     broker.store.dispatch_until_caught_up()
     page = client_for(viewer).get(f"/messages/{sent.offset_msg_id}/").content.decode()

@@ -74,8 +74,8 @@ def check(response: Any, where: str) -> list[str]:
 
 @pytest.fixture
 def stocked(broker: Broker) -> Broker:
-    broker.create_topic("Orders", read_queue_nums=2)
-    broker.create_group("billing")
+    broker.admin.create_topic("Orders", read_queue_nums=2)
+    broker.admin.create_group("billing")
     sent = [send(broker, "Orders", b'{"n": 1}', keys=(f"order-{n}",)) for n in range(3)]
     broker.store.dispatch_until_caught_up()
     broker.commit_offset("billing", "Orders", sent[0].queue_id, 0)
@@ -167,7 +167,7 @@ def test_the_scanner_finds_what_the_csp_refuses() -> None:
 def test_trace_page_shows_only_readable_topics(
     stocked: Broker, viewer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stocked.create_topic("Payroll", read_queue_nums=1)
+    stocked.admin.create_topic("Payroll", read_queue_nums=1)
     send(stocked, "Payroll", b"salary", keys=("order-1",))
     stocked.store.dispatch_until_caught_up()
     client = client_for(viewer)

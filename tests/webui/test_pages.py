@@ -45,8 +45,8 @@ def test_log_in_and_out(broker: Broker, viewer: Any) -> None:
 
 
 def test_viewer_sees_no_mutate_buttons_and_is_refused(broker: Broker, viewer: Any) -> None:
-    broker.create_topic("Orders")
-    broker.create_group("billing")
+    broker.admin.create_topic("Orders")
+    broker.admin.create_group("billing")
     client = client_for(viewer)
     topics = html(client.get("/topics/"))
     assert "New topic" not in topics
@@ -92,8 +92,8 @@ def test_broker_not_running_is_a_clear_503(viewer: Any) -> None:
 
 
 def test_overview_shows_status_services_and_lag(broker: Broker, viewer: Any) -> None:
-    broker.create_topic("Orders", read_queue_nums=2)
-    broker.create_group("billing")
+    broker.admin.create_topic("Orders", read_queue_nums=2)
+    broker.admin.create_group("billing")
     for n in range(3):
         send(broker, "Orders", b"x", keys=(f"k{n}",), queue_id=0)
     broker.store.dispatch_until_caught_up()
@@ -124,7 +124,7 @@ def test_operator_creates_edits_and_deletes_a_topic(broker: Broker, operator: An
     }
     response = client.post("/topics/new/", form)
     assert response.status_code == 302 and response["Location"] == "/topics/Orders/"
-    info = broker.get_topic("Orders")
+    info = broker.admin.get_topic("Orders")
     assert (info.read_queue_nums, info.order, info.attributes) == (
         4,
         True,
@@ -138,8 +138,8 @@ def test_operator_creates_edits_and_deletes_a_topic(broker: Broker, operator: An
 
     edited = client.post("/topics/Orders/edit/", form | {"write_queue_nums": "2", "order": ""})
     assert edited.status_code == 302
-    assert broker.get_topic("Orders").write_queue_nums == 2
-    assert broker.get_topic("Orders").order is False
+    assert broker.admin.get_topic("Orders").write_queue_nums == 2
+    assert broker.admin.get_topic("Orders").order is False
     update = AuditEntry.objects.get(action="topic.update")
     assert update.old_value["write_queue_nums"] == 4 and update.new_value["write_queue_nums"] == 2
 
@@ -161,7 +161,7 @@ def test_topic_form_shows_the_api_rules(broker: Broker, operator: Any) -> None:
     assert "Please correct" in page
     assert "read_queue_nums" in page and "name" in page
     assert 'value="bad name!"' in page  # the input is kept
-    broker.create_topic("Orders")
+    broker.admin.create_topic("Orders")
     duplicate = client.post(
         "/topics/new/", {"name": "Orders", "read_queue_nums": "1", "write_queue_nums": "1"}
     )
@@ -170,7 +170,7 @@ def test_topic_form_shows_the_api_rules(broker: Broker, operator: Any) -> None:
 
 
 def test_send_a_message_from_the_topic_page(broker: Broker, operator: Any) -> None:
-    broker.create_topic("Orders", read_queue_nums=2)
+    broker.admin.create_topic("Orders", read_queue_nums=2)
     client = client_for(operator)
     response = client.post(
         "/topics/Orders/send/",
@@ -198,7 +198,7 @@ def test_send_a_message_from_the_topic_page(broker: Broker, operator: Any) -> No
 
 
 def test_send_form_errors_keep_the_input(broker: Broker, operator: Any) -> None:
-    broker.create_topic("Orders")
+    broker.admin.create_topic("Orders")
     client = client_for(operator)
     bad_json = client.post("/topics/Orders/send/", {"body": "{nope", "body_encoding": "json"})
     assert bad_json.status_code == 400 and "not valid JSON" in html(bad_json)
@@ -209,15 +209,15 @@ def test_send_form_errors_keep_the_input(broker: Broker, operator: Any) -> None:
     assert reserved.status_code == 400 and "TAGS" in html(reserved)
     empty = client.post("/topics/Orders/send/", {"body": "", "body_encoding": "text"})
     assert empty.status_code == 400
-    assert broker.topic_status("Orders").message_count == 0
+    assert broker.admin.topic_status("Orders").message_count == 0
 
 
 # -- groups -------------------------------------------------------------------------------------
 
 
 def _orders_with_backlog(broker: Broker) -> None:
-    broker.create_topic("Orders", read_queue_nums=2)
-    broker.create_group("billing")
+    broker.admin.create_topic("Orders", read_queue_nums=2)
+    broker.admin.create_group("billing")
     for n in range(6):
         send(broker, "Orders", f"m{n}".encode(), keys=(f"k{n}",), queue_id=n % 2)
     broker.store.dispatch_until_caught_up()
@@ -248,7 +248,7 @@ def test_group_create_edit_delete(broker: Broker, operator: Any) -> None:
         },
     )
     assert created.status_code == 302
-    info = broker.get_group("billing")
+    info = broker.admin.get_group("billing")
     assert info.retry_max_times == 3 and info.consume_broadcast_enable is False
     edited = client.post(
         "/groups/billing/edit/", {"retry_max_times": "5", "group_retry_policy": "{bad"}
@@ -256,8 +256,8 @@ def test_group_create_edit_delete(broker: Broker, operator: Any) -> None:
     assert edited.status_code == 400 and "not valid JSON" in html(edited)
     edited = client.post("/groups/billing/edit/", {"retry_max_times": "5"})
     assert edited.status_code == 302
-    assert broker.get_group("billing").retry_max_times == 5
-    assert broker.get_group("billing").consume_enable is False  # unchecked box
+    assert broker.admin.get_group("billing").retry_max_times == 5
+    assert broker.admin.get_group("billing").consume_enable is False  # unchecked box
     deleted = client.post(
         "/groups/billing/delete/", {"confirm_name": "billing", "remove_offsets": "on"}
     )
@@ -310,8 +310,8 @@ def test_offset_reset_previews_then_applies(broker: Broker, operator: Any) -> No
 
 
 def test_dead_letters_are_listed_and_resent(broker: Broker, operator: Any) -> None:
-    broker.create_topic("Orders")
-    broker.create_group("billing")
+    broker.admin.create_topic("Orders")
+    broker.admin.create_group("billing")
     sent = send(broker, "Orders", b"poison", keys=("order-9",))
     broker.store.dispatch_until_caught_up()
     broker.commit_offset("billing", "Orders", sent.queue_id, 0)
@@ -331,11 +331,11 @@ def test_dead_letters_are_listed_and_resent(broker: Broker, operator: Any) -> No
     entry = AuditEntry.objects.get(action="message.dlq_resend", target=sent.msg_id)
     assert entry.new_value["dlq_offset_msg_id"] == dlq_id
     broker.store.dispatch_until_caught_up()
-    assert broker.topic_status("Orders").message_count == 2
+    assert broker.admin.topic_status("Orders").message_count == 2
 
 
 def test_empty_dead_letter_queue(broker: Broker, viewer: Any) -> None:
-    broker.create_group("billing")
+    broker.admin.create_group("billing")
     page = html(client_for(viewer).get("/groups/billing/dlq/"))
     assert "No dead letters" in page
 
@@ -345,7 +345,7 @@ def test_empty_dead_letter_queue(broker: Broker, viewer: Any) -> None:
 
 @pytest.fixture
 def stocked(broker: Broker) -> list[Any]:
-    broker.create_topic("Orders", read_queue_nums=3)
+    broker.admin.create_topic("Orders", read_queue_nums=3)
     results = [
         send(
             broker,
@@ -435,9 +435,9 @@ def test_search_streams_ndjson(broker: Broker, viewer: Any, stocked: list[Any]) 
 def test_message_detail_shows_properties_body_and_consume_status(
     broker: Broker, viewer: Any
 ) -> None:
-    broker.create_topic("Orders")
-    broker.create_group("billing")
-    broker.create_group("shipping")
+    broker.admin.create_topic("Orders")
+    broker.admin.create_group("billing")
+    broker.admin.create_group("shipping")
     sent = send(
         broker,
         "Orders",
@@ -467,7 +467,7 @@ def test_message_detail_shows_properties_body_and_consume_status(
 
 
 def test_binary_body_shows_hex(broker: Broker, viewer: Any) -> None:
-    broker.create_topic("Orders")
+    broker.admin.create_topic("Orders")
     sent = send(broker, "Orders", bytes(range(250, 256)) + b"\x00\x01")
     broker.store.dispatch_until_caught_up()
     page = html(client_for(viewer).get(f"/messages/{sent.offset_msg_id}/"))
@@ -491,7 +491,7 @@ def test_trace_page_lists_stored_matches(broker: Broker, viewer: Any, stocked: l
 def test_config_documents_view_download_and_upload(
     broker: Broker, admin: Any, operator: Any
 ) -> None:
-    broker.create_topic("Orders", read_queue_nums=2)
+    broker.admin.create_topic("Orders", read_queue_nums=2)
     client = client_for(admin)
     page = html(client.get("/config/"))
     assert "topics.json" in page and "Replace it with a file" in page
@@ -534,13 +534,13 @@ def test_config_documents_view_download_and_upload(
         },
     )
     assert broken.status_code == 400
-    assert broker.get_topic("Orders").read_queue_nums == 2
+    assert broker.admin.get_topic("Orders").read_queue_nums == 2
     applied = client.post(
         "/config/",
         {"document": "topics.json", "action": "apply", "token": token, "confirm": "on"},
     )
     assert applied.status_code == 302
-    assert broker.get_topic("Orders").read_queue_nums == 5
+    assert broker.admin.get_topic("Orders").read_queue_nums == 5
     assert AuditEntry.objects.filter(action="config.import", target="topics.json").count() == 1
 
 
@@ -567,8 +567,8 @@ def test_kafka_named_topic_and_group_are_deleted_by_their_typed_names(
 ) -> None:
     # Kafka spells them shop.orders; the store keeps shop|orders. The delete pages take the
     # name as a person types it, as every other console form does (webui/names.py).
-    broker.create_topic("shop|orders", read_queue_nums=1, write_queue_nums=1)
-    broker.create_group("shop|billing")
+    broker.admin.create_topic("shop|orders", read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_group("shop|billing")
     client = client_for(operator)
     refused = client.post("/topics/shop.orders/delete/", {"confirm_name": "shop.order"})
     assert refused.status_code == 400 and broker.metadata.topics.get("shop|orders") is not None

@@ -57,7 +57,9 @@ def stat(page: str, testid: str) -> str:
 
 
 def fill(broker: Broker, per_queue: tuple[int, ...]) -> None:
-    broker.create_topic("Orders", read_queue_nums=len(per_queue), write_queue_nums=len(per_queue))
+    broker.admin.create_topic(
+        "Orders", read_queue_nums=len(per_queue), write_queue_nums=len(per_queue)
+    )
     for queue_id, count in enumerate(per_queue):
         for i in range(count):
             broker.send("Orders", [OutgoingMessage(body=b"x" * 300 + b"%d" % i, queue_id=queue_id)])
@@ -110,7 +112,7 @@ def test_overview_card_and_topic_columns_show_tier_progress(
 
 
 def test_off_note_and_no_columns(rt: BrokerRuntime, broker: Broker, viewer: Any) -> None:
-    broker.create_topic("Orders", read_queue_nums=1, write_queue_nums=1)
+    broker.admin.create_topic("Orders", read_queue_nums=1, write_queue_nums=1)
     client = client_for(viewer)
     page = text(client.get("/"))
     assert "Tiered storage is off" in page and 'data-testid="tier-queues"' not in page

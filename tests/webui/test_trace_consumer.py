@@ -70,7 +70,7 @@ def token(db: None) -> str:
 
 @pytest.fixture
 def orders(broker: Broker) -> Broker:
-    broker.create_topic("Orders", read_queue_nums=4)
+    broker.admin.create_topic("Orders", read_queue_nums=4)
     return broker
 
 
@@ -83,7 +83,7 @@ def test_backfill_then_live_follow(orders: Broker, token: str) -> None:
     old = send(broker, "Orders", b'{"n": 1}', keys=("order-42",))
     send(broker, "Orders", b"other", keys=("order-7",))
     broker.store.dispatch_until_caught_up()
-    broker.create_group("billing")
+    broker.admin.create_group("billing")
     broker.commit_offset("billing", "Orders", old.queue_id, old.queue_offset + 1)
 
     async def scenario() -> None:
@@ -141,7 +141,7 @@ def test_msg_id_is_a_key_too(orders: Broker, token: str) -> None:
 
 def test_trace_without_topic_follows_every_topic(orders: Broker, token: str) -> None:
     broker = orders
-    broker.create_topic("Payments", read_queue_nums=1)
+    broker.admin.create_topic("Payments", read_queue_nums=1)
     send(broker, "Payments", b"stored", keys=("order-1",))
     broker.store.dispatch_until_caught_up()
 
@@ -519,7 +519,7 @@ def acl(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_a_topic_the_user_may_not_read_is_forbidden(orders: Broker, token: str, acl: Any) -> None:
-    orders.create_topic("Payroll", read_queue_nums=1)
+    orders.admin.create_topic("Payroll", read_queue_nums=1)
     acl(_deny_read("Payroll", prefixed="Secret"))
 
     async def scenario() -> None:
@@ -548,8 +548,8 @@ def test_a_topicless_trace_never_sends_unreadable_topics(
     orders: Broker, token: str, acl: Any
 ) -> None:
     broker = orders
-    broker.create_topic("Payroll", read_queue_nums=1)
-    broker.create_topic("SecretPlans", read_queue_nums=1)
+    broker.admin.create_topic("Payroll", read_queue_nums=1)
+    broker.admin.create_topic("SecretPlans", read_queue_nums=1)
     for topic in ("Orders", "Payroll", "SecretPlans"):
         send(broker, topic, b"stored", keys=("cust-9",))
     broker.store.dispatch_until_caught_up()

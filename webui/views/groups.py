@@ -83,7 +83,7 @@ def _dlq_count(broker: Broker, group: str) -> int | None:
     name = dlq_topic_name(group)
     if broker.metadata.topics.get(name) is None:
         return None
-    return broker.topic_status(name).message_count
+    return broker.admin.topic_status(name).message_count
 
 
 @console_page(read_role=None)
@@ -91,7 +91,7 @@ def group_list(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
     q = request.GET.get("q", "").strip()
     show_system = request.GET.get("system") == "1"
-    groups = [g for g in broker.list_groups() if show_system or not g.system]
+    groups = [g for g in broker.admin.list_groups() if show_system or not g.system]
     shown = set(describable_groups(request, [g.name for g in groups]))
     groups = [g for g in groups if g.name in shown]
     if q:
@@ -101,7 +101,7 @@ def group_list(request: HttpRequest) -> HttpResponse:
     rows = []
     for info in page.object_list:
         try:
-            lag = broker.group_lag(info.name)
+            lag = broker.admin.group_lag(info.name)
         except MQError:
             continue
         rows.append(
@@ -212,7 +212,7 @@ def group_create(request: HttpRequest) -> HttpResponse:
 
         def create(valid: dict[str, Any]) -> HttpResponse:
             name = valid.pop("name")
-            info = broker.create_group(name, **valid)
+            info = broker.admin.create_group(name, **valid)
             audit.record(request, "group.create", "group", name, new=_settings(info))
             messages.success(request, f"Group {name} created.")
             return redirect("webui:group", name=name)
@@ -228,12 +228,12 @@ def group_create(request: HttpRequest) -> HttpResponse:
 def group_edit(request: HttpRequest, name: str) -> HttpResponse:
     broker = get_broker()
     require(request, Operation.DESCRIBE, Resource.group(name))
-    info = broker.get_group(name)
+    info = broker.admin.get_group(name)
     errors: dict[str, str] = {}
     if request.method == "POST":
 
         def update(valid: dict[str, Any]) -> HttpResponse:
-            new = broker.update_group(name, **valid)
+            new = broker.admin.update_group(name, **valid)
             old, changed = _settings(info), _settings(new)
             audit.record(request, "group.update", "group", name, old=old, new=changed)
             messages.success(request, f"Group {name} saved.")
@@ -252,7 +252,7 @@ def group_delete(request: HttpRequest, name: str) -> HttpResponse:
     have resumed from); typing the group's name confirms the delete."""
     broker = get_broker()
     require(request, Operation.DELETE, Resource.group(name))
-    info = broker.get_group(name)
+    info = broker.admin.get_group(name)
     found = impact.group_delete(broker, name)
     error = ""
     if request.method == "POST":
@@ -261,7 +261,7 @@ def group_delete(request: HttpRequest, name: str) -> HttpResponse:
         else:
             remove_offsets = checkbox(request.POST, "remove_offsets")
             try:
-                broker.delete_group(name, remove_offsets=remove_offsets)
+                broker.admin.delete_group(name, remove_offsets=remove_offsets)
             except MQError as exc:
                 error = str(exc)
             else:
@@ -286,13 +286,13 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
     broker = get_broker()
     group = Resource.group(name)
     require(request, Operation.DESCRIBE, group)
-    info = broker.get_group(name)
-    lag = lag_dict(broker.group_lag(name))
+    info = broker.admin.get_group(name)
+    lag = lag_dict(broker.admin.group_lag(name))
     shown = set(describable_topics(request, [t["topic"] for t in lag["topics"]]))
     lag["topics"] = [t for t in lag["topics"] if t["topic"] in shown]
     retry = retry_topic_name(name)
     retry_count = (
-        broker.topic_status(retry).message_count
+        broker.admin.topic_status(retry).message_count
         if broker.metadata.topics.get(retry) is not None
         else None
     )
@@ -350,8 +350,8 @@ def group_reset(request: HttpRequest, name: str) -> HttpResponse:
     reset is a commit, Kafka's group read) and ``DESCRIBE`` on the topic."""
     broker = get_broker()
     require(request, Operation.READ, Resource.group(name))
-    info = broker.get_group(name)
-    topics = sorted({q.topic for q in broker.group_lag(name).queues} | set(info.topics))
+    info = broker.admin.get_group(name)
+    topics = sorted({q.topic for q in broker.admin.group_lag(name).queues} | set(info.topics))
     topics = describable_topics(request, topics)
     source = request.POST if request.method == "POST" else request.GET
     values = {
@@ -373,7 +373,7 @@ def group_reset(request: HttpRequest, name: str) -> HttpResponse:
                 require(request, Operation.DESCRIBE, Resource.topic(valid["topic"]))
                 offsets = valid.get("offsets")
                 try:
-                    result = broker.reset_offsets(
+                    result = broker.admin.reset_offsets(
                         name,
                         valid["topic"],
                         to=valid["to"] if valid["to"] in ("earliest", "latest") else None,
@@ -415,7 +415,7 @@ def group_reset(request: HttpRequest, name: str) -> HttpResponse:
                         return redirect("webui:group", name=name)
                     plans = [plan_dict(p) | {"delta": p.lag_after - p.lag_before} for p in result]
     all_topics = describable_topics(
-        request, [t.name for t in broker.list_topics(include_system=False)]
+        request, [t.name for t in broker.admin.list_topics(include_system=False)]
     )
     return render(
         request,
@@ -504,7 +504,7 @@ def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
     topic = dlq_topic_name(name)
     require(request, Operation.DESCRIBE, Resource.group(name))
     require(request, Operation.READ, Resource.topic(topic))
-    info = broker.get_group(name)
+    info = broker.admin.get_group(name)
     exists = broker.metadata.topics.get(topic) is not None
     outcomes: list[dict[str, Any]] = []
     repeat: list[dict[str, Any]] = []
@@ -556,7 +556,7 @@ def group_dlq(request: HttpRequest, name: str) -> HttpResponse:
             "repeat": repeat,
             "repeat_ids": ids if repeat else [],
             "error": error,
-            "count": broker.topic_status(topic).message_count if exists else 0,
+            "count": broker.admin.topic_status(topic).message_count if exists else 0,
             "back": reverse("webui:group", args=[name]),
         },
     )

@@ -51,7 +51,9 @@ TABS = (
 
 
 def _topic_names(request: HttpRequest, broker: Broker) -> list[str]:
-    return describable_topics(request, [t.name for t in broker.list_topics(include_system=False)])
+    return describable_topics(
+        request, [t.name for t in broker.admin.list_topics(include_system=False)]
+    )
 
 
 def _reader(request: HttpRequest) -> search.TopicCheck:

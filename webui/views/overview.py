@@ -54,10 +54,10 @@ def lag_leaders(
     the user may describe."""
     groups = []
     topics: dict[str, dict[str, Any]] = {}
-    for info in broker.list_groups():
+    for info in broker.admin.list_groups():
         if info.system or info.name not in shown_groups:
             continue
-        lag = broker.group_lag(info.name)
+        lag = broker.admin.group_lag(info.name)
         groups.append(
             {
                 "name": info.name,
@@ -185,15 +185,17 @@ def overview_context(request: HttpRequest) -> dict[str, Any]:
     sampler.start()
     states = rt.service_states()
     status = broker.status(states)
-    topics = describable_topics(request, [t.name for t in broker.list_topics()])
-    groups = describable_groups(request, [g.name for g in broker.list_groups()])
+    topics = describable_topics(request, [t.name for t in broker.admin.list_topics()])
+    groups = describable_groups(request, [g.name for g in broker.admin.list_groups()])
     top_groups, top_topics = lag_leaders(broker, set(groups), set(topics))
     health = rt.health()
     return {
         "topic_count": sum(
-            1 for t in broker.list_topics(include_system=False) if t.name in set(topics)
+            1 for t in broker.admin.list_topics(include_system=False) if t.name in set(topics)
         ),
-        "group_count": sum(1 for g in broker.list_groups() if not g.system and g.name in groups),
+        "group_count": sum(
+            1 for g in broker.admin.list_groups() if not g.system and g.name in groups
+        ),
         "section": "overview",
         "status": status,
         "health": health,

@@ -65,7 +65,7 @@ TOPIC_ALIASES = {"topic_name": "name", "topic": "name"}
 
 def _topic_row(broker: Broker, info: TopicInfo) -> dict[str, Any] | None:
     try:
-        status = broker.topic_status(info.name)
+        status = broker.admin.topic_status(info.name)
     except NotFoundError:  # deleted meanwhile
         return None
     last = max((q.last_store_timestamp for q in status.queues), default=0)
@@ -82,7 +82,7 @@ def topic_list(request: HttpRequest) -> HttpResponse:
     broker = get_broker()
     q = request.GET.get("q", "").strip()
     kind = request.GET.get("kind", "")
-    topics = broker.list_topics()
+    topics = broker.admin.list_topics()
     shown = set(describable_topics(request, [t.name for t in topics]))
     topics = [t for t in topics if t.name in shown]
     counts = {k: sum(1 for t in topics if t.kind == k) for k in KINDS}
@@ -193,7 +193,7 @@ def topic_create(request: HttpRequest) -> HttpResponse:
         def create(valid: dict[str, Any]) -> HttpResponse:
             name = valid.pop("name")
             require(request, Operation.CREATE, Resource.cluster(), Resource.topic(name))
-            info = broker.create_topic(name, **valid)
+            info = broker.admin.create_topic(name, **valid)
             audit.record(request, "topic.create", "topic", name, new=info.settings())
             messages.success(request, f"Topic {name} created.")
             return redirect("webui:topic", name=name)
@@ -213,7 +213,7 @@ def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
     (messages per queue, groups with lag) and saves only once the user ticks the box."""
     broker = get_broker()
     require(request, Operation.ALTER, Resource.topic(name))
-    info = broker.get_topic(name)
+    info = broker.admin.get_topic(name)
     errors: dict[str, str] = {}
 
     def page(found: dict[str, Any] | None, status: int) -> HttpResponse:
@@ -232,7 +232,7 @@ def topic_edit(request: HttpRequest, name: str) -> HttpResponse:
             )
             if found["at_risk"] and not checkbox(request.POST, "confirm_impact"):
                 return page(found, 200)  # a question, not an error
-            new = broker.update_topic(name, **valid)
+            new = broker.admin.update_topic(name, **valid)
             old, changed = info.settings(), new.settings()
             if found["at_risk"]:
                 changed["stranded"] = found
@@ -254,8 +254,8 @@ def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
     the topic's name confirms it."""
     broker = get_broker()
     require(request, Operation.DELETE, Resource.topic(name))
-    info = broker.get_topic(name)
-    status = broker.topic_status(name)
+    info = broker.admin.get_topic(name)
+    status = broker.admin.topic_status(name)
     groups = subscribed_groups(broker.metadata, name)
     found = impact.topic_delete(broker, name)
     error = ""
@@ -264,7 +264,7 @@ def topic_delete(request: HttpRequest, name: str) -> HttpResponse:
             error = "Type the topic's name exactly to confirm."
         else:
             try:
-                broker.delete_topic(name)
+                broker.admin.delete_topic(name)
             except MQError as exc:
                 error = str(exc)
             else:
@@ -308,14 +308,14 @@ def _delay_choices(broker: Broker) -> list[tuple[int, str]]:
 
 
 def _topic_context(request: HttpRequest, broker: Broker, info: TopicInfo) -> dict[str, Any]:
-    status = broker.topic_status(info.name)
+    status = broker.admin.topic_status(info.name)
     rt = runtime.current()
     tier = {row["queue_id"]: row for row in tiered.queue_rows(rt, info.name)}
     groups = []
     topic = Resource.topic(info.name)
     for group in describable_groups(request, subscribed_groups(broker.metadata, info.name)):
         try:
-            lag = broker.group_lag(group, info.name)
+            lag = broker.admin.group_lag(group, info.name)
         except NotFoundError:
             groups.append({"name": group, "lag": None, "lag_ms": None, "known": False})
             continue
@@ -358,7 +358,7 @@ def _topic_context(request: HttpRequest, broker: Broker, info: TopicInfo) -> dic
 def topic_detail(request: HttpRequest, name: str) -> HttpResponse:
     broker = get_broker()
     require(request, Operation.DESCRIBE, Resource.topic(name))
-    info = broker.get_topic(name)
+    info = broker.admin.get_topic(name)
     return render(request, "webui/topic.html", _topic_context(request, broker, info))
 
 
@@ -393,7 +393,7 @@ def topic_send(request: HttpRequest, name: str) -> HttpResponse:
     """POST: send one message to the topic (``WRITE``); the page shows where it was stored."""
     broker = get_broker()
     require(request, Operation.WRITE, Resource.topic(name))
-    info = broker.get_topic(name)
+    info = broker.admin.get_topic(name)
     if request.method != "POST":
         return redirect("webui:topic", name=name)
     data, errors = _send_data(request.POST)

@@ -67,7 +67,7 @@ def trace_page(request: HttpRequest) -> HttpResponse:
         {
             "section": "trace",
             "topics": readable_topics(
-                request, [t.name for t in broker.list_topics(include_system=False)]
+                request, [t.name for t in broker.admin.list_topics(include_system=False)]
             ),
             "values": {
                 "key": key,

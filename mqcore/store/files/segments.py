@@ -405,46 +405,6 @@ class MappedFileQueue:
                 self._files = tuple(f for f in self._files if id(f) not in gone)
         return len(removed)
 
-    def delete_expired_by_time(
-        self,
-        expired_ms: int,
-        now_ms: int,
-        *,
-        clean_immediately: bool,
-        max_count: int,
-        never_last: bool = True,
-        force_after_ms: int = CLEANUP_FORCE_AFTER_MS,
-    ) -> int:
-        """Delete old files from the front (CommitLog cleaning, spec 6.4 step 3).
-
-        A file goes if ``now_ms >= last_modified_ms + expired_ms`` or ``clean_immediately``.
-        The 100 ms pause between deletions is the caller's (call with ``max_count=1``).
-        Cleaner thread.
-
-        Returns:
-            How many files were removed.
-        """
-
-        def expired(mapped: MappedFile) -> bool:
-            return clean_immediately or now_ms >= mapped.last_modified_ms + expired_ms
-
-        return self.delete_first_files_while(
-            expired, force_after_ms=force_after_ms, max_count=max_count, never_last=never_last
-        )
-
-    def delete_first_files_below(
-        self, offset: int, *, force_after_ms: int = CLEANUP_FORCE_AFTER_MS
-    ) -> int:
-        """Delete front files that end at or below ``offset`` (never the last). Cleaner thread.
-
-        Returns:
-            How many files were removed.
-        """
-        size = self.file_size
-        return self.delete_first_files_while(
-            lambda mapped: mapped.base_offset + size <= offset, force_after_ms=force_after_ms
-        )
-
     # -- follower (another process writes or cleans these files) ---------------------------
 
     def sync_files(self, *, front: bool = True, end: bool = True) -> bool:

@@ -22,7 +22,7 @@ gaps) and interleaved with the bodies, so the record is two parts as on the one-
 Measured on 9,082 records of 100-byte values keyed ``order-{i}`` (a 1 MB Kafka batch,
 timeit of ``encode_plain_columns``, best of 5, loaded machine): the list path (``struct.pack``
 of every header, properties f-strings) 1.07-1.22 us a record, this grid 0.49-0.60; keys of
-one length on ``plain_grid`` 0.37-0.38. In-process produce (decode, ``Broker.send_plain``,
+one length on ``plain_grid`` 0.37-0.38. In-process produce (decode, ``Broker.send``,
 thread time): send 1.13-1.81 -> 0.56-0.87 us a message, one-length keys 0.44-0.69. What this
 grid pays more than ``plain_grid``: the cut (its ``struct`` format written and compiled for
 each batch, ~60-120 ns a record more than ``plain_grid``'s, which is cached by batch size),

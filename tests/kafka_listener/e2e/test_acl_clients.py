@@ -86,7 +86,7 @@ def as_subject(running: RunningListener, user: str | None, role: str | None) -> 
 def make_topics(running: RunningListener, *names: str) -> None:
     assert running.broker is not None
     for name in names:
-        running.broker.create_topic(name.replace(".", "|"), read_queue_nums=1,
+        running.broker.admin.create_topic(name.replace(".", "|"), read_queue_nums=1,
                                     write_queue_nums=1)  # fmt: skip
 
 

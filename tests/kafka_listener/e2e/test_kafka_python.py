@@ -51,7 +51,7 @@ def test_admin_topics_and_configs(running, admin, names: Callable[[str], str]) -
     assert topic in admin.list_topics()
     with pytest.raises(TopicAlreadyExistsError):
         admin.create_topics([NewTopic(topic, 1, 1)])
-    assert running.broker.get_topic(topic.replace(".", "|")).read_queue_nums == 3
+    assert running.broker.admin.get_topic(topic.replace(".", "|")).read_queue_nums == 3
     resource = ConfigResource(ConfigResourceType.TOPIC, topic)
     configs = admin.describe_configs([resource], config_filter="all")
     assert "retention.ms" in str(configs)

@@ -137,7 +137,7 @@ def test_delete_groups(node: str, running: RunningListener, names: Callable[[str
     deleted = kafkajs(node, running, "deleteGroups", groups=[idle])
     assert deleted == {"ok": [{"groupId": idle, "errorCode": 0}]}
     assert running.broker.get_offsets(idle.replace(".", "|")) == {}
-    assert idle.replace(".", "|") not in [g.name for g in running.broker.list_groups()]
+    assert idle.replace(".", "|") not in [g.name for g in running.broker.admin.list_groups()]
     again = kafkajs(node, running, "deleteGroups", groups=[idle])
     assert again["error"]["groups"] == [
         {"groupId": idle, "errorCode": 69, "type": "GROUP_ID_NOT_FOUND"}

@@ -150,7 +150,7 @@ def security(
 def new_topic(running: RunningListener) -> str:
     name = f"sasl-{next(_topics)}"
     assert running.broker is not None
-    running.broker.create_topic(name, read_queue_nums=1, write_queue_nums=1)
+    running.broker.admin.create_topic(name, read_queue_nums=1, write_queue_nums=1)
     return name
 
 

@@ -64,5 +64,5 @@ def make_broker(tmp_path: Path, clock: FakeClock) -> Iterator[BrokerFactory]:
 @pytest.fixture
 def broker(make_broker: BrokerFactory) -> Broker:
     broker = make_broker()
-    broker.create_topic("Orders", read_queue_nums=4)
+    broker.admin.create_topic("Orders", read_queue_nums=4)
     return broker

@@ -27,7 +27,7 @@ def test_broker_listens_per_batch_not_per_record(broker: Broker) -> None:
 def test_a_batch_wakes_each_waiting_queue_once(make_broker: BrokerFactory) -> None:
     # A re-check far beyond the test's budget: only the arrivals notification can wake.
     broker = make_broker(long_poll_recheck_ms=600_000)
-    broker.create_topic("Orders", read_queue_nums=4)
+    broker.admin.create_topic("Orders", read_queue_nums=4)
     results: dict[int, tuple[PullResult, float]] = {}
 
     def pull(queue_id: int) -> None:

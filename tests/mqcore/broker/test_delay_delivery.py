@@ -66,7 +66,7 @@ def test_due_messages_are_delivered_in_order_up_to_a_budget(
 
 def test_progress_survives_a_restart(make_broker: BrokerFactory, clock: FakeClock) -> None:
     broker = make_broker()
-    broker.create_topic("Orders", read_queue_nums=1)
+    broker.admin.create_topic("Orders", read_queue_nums=1)
     broker.send(
         "Orders", [OutgoingMessage(b"a", delay_level=1), OutgoingMessage(b"b", delay_level=2)]
     )

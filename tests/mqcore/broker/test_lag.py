@@ -21,7 +21,7 @@ def test_lag_in_messages_and_ms(broker: Broker, clock: FakeClock) -> None:
     _send_spaced(broker, clock, 5)  # stored at NOW, NOW+1s, ... NOW+4s; clock now NOW+5s
     broker.commit_offset("G", "Orders", 0, 2)
     clock.advance(10_000)
-    lag = broker.group_lag("G")
+    lag = broker.admin.group_lag("G")
     by_queue = {q.queue_id: q for q in lag.queues}
     assert sorted(by_queue) == [0, 1, 2, 3]
     q0 = by_queue[0]
@@ -32,20 +32,20 @@ def test_lag_in_messages_and_ms(broker: Broker, clock: FakeClock) -> None:
     assert lag.total_lag == 3 and lag.max_lag_ms == 13_000 and q0.broker_name == "broker-a"
 
     broker.commit_offset("G", "Orders", 0, 5)
-    caught_up = broker.group_lag("G", "Orders").queues[0]
+    caught_up = broker.admin.group_lag("G", "Orders").queues[0]
     assert (caught_up.lag, caught_up.lag_ms) == (0, 0)
 
 
 def test_lag_of_a_queue_never_committed_counts_from_min(broker: Broker, clock: FakeClock) -> None:
     _send_spaced(broker, clock, 2, queue_id=3)
     broker.commit_offset("G", "Orders", 0, 0)
-    q3 = broker.group_lag("G").queues[3]
+    q3 = broker.admin.group_lag("G").queues[3]
     assert (q3.consumer_offset, q3.lag) == (None, 2)
 
 
 def test_offsets_are_persisted(make_broker: BrokerFactory) -> None:
     broker = make_broker()
-    broker.create_topic("Orders", read_queue_nums=2)
+    broker.admin.create_topic("Orders", read_queue_nums=2)
     broker.commit_offset("G", "Orders", 1, 7)
     assert broker.get_offsets("G") == {"Orders": {1: 7}}
     offsets_persist.step(broker)
@@ -71,7 +71,7 @@ def test_reset_earliest_latest_with_dry_run(broker: Broker, clock: FakeClock) ->
     _send_spaced(broker, clock, 2, queue_id=1)
     broker.commit_offset("G", "Orders", 0, 3)
 
-    plans = broker.reset_offsets("G", "Orders", to="earliest", dry_run=True)
+    plans = broker.admin.reset_offsets("G", "Orders", to="earliest", dry_run=True)
     assert [(p.queue_id, p.old_offset, p.new_offset, p.lag_before, p.lag_after) for p in plans] == [
         (0, 3, 0, 1, 4),
         (1, None, 0, 2, 2),
@@ -80,25 +80,25 @@ def test_reset_earliest_latest_with_dry_run(broker: Broker, clock: FakeClock) ->
     ]
     assert broker.get_offsets("G", "Orders") == {"Orders": {0: 3}}  # the dry run changed nothing
 
-    latest = broker.reset_offsets("G", "Orders", to="latest")
+    latest = broker.admin.reset_offsets("G", "Orders", to="latest")
     assert [(p.new_offset, p.lag_after) for p in latest[:2]] == [(4, 0), (2, 0)]
     assert broker.get_offsets("G", "Orders") == {"Orders": {0: 4, 1: 2, 2: 0, 3: 0}}
 
 
 def test_reset_to_timestamp(broker: Broker, clock: FakeClock) -> None:
     _send_spaced(broker, clock, 5)  # NOW .. NOW+4s
-    plans = broker.reset_offsets("G", "Orders", timestamp_ms=NOW_MS + 2_500)
+    plans = broker.admin.reset_offsets("G", "Orders", timestamp_ms=NOW_MS + 2_500)
     assert plans[0].new_offset == 3  # first message stored at or after the time
-    exact = broker.reset_offsets("G", "Orders", timestamp_ms=NOW_MS + 2_000, dry_run=True)
+    exact = broker.admin.reset_offsets("G", "Orders", timestamp_ms=NOW_MS + 2_000, dry_run=True)
     assert exact[0].new_offset == 2
-    future = broker.reset_offsets("G", "Orders", timestamp_ms=NOW_MS + 60_000, dry_run=True)
+    future = broker.admin.reset_offsets("G", "Orders", timestamp_ms=NOW_MS + 60_000, dry_run=True)
     assert future[0].new_offset == 5
     assert broker.get_offsets("G")["Orders"][0] == 3
 
 
 def test_reset_explicit_offsets_are_clamped(broker: Broker, clock: FakeClock) -> None:
     _send_spaced(broker, clock, 3)
-    plans = broker.reset_offsets("G", "Orders", offsets={0: 1, 2: 50})
+    plans = broker.admin.reset_offsets("G", "Orders", offsets={0: 1, 2: 50})
     assert [(p.queue_id, p.new_offset) for p in plans] == [(0, 1), (2, 0)]
     assert broker.get_offsets("G", "Orders")["Orders"] == {0: 1, 2: 0}
 
@@ -116,7 +116,7 @@ def test_reset_explicit_offsets_are_clamped(broker: Broker, clock: FakeClock) ->
 )
 def test_reset_rules(broker: Broker, kwargs: dict[str, object], rule: str) -> None:
     with pytest.raises(ValidationError) as info:
-        broker.reset_offsets("G", "Orders", **kwargs)  # type: ignore[arg-type]
+        broker.admin.reset_offsets("G", "Orders", **kwargs)  # type: ignore[arg-type]
     assert info.value.rule == rule
 
 

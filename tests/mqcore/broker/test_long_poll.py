@@ -6,7 +6,6 @@ consumer is parked; nothing sleeps for a fixed time to let something happen.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -63,7 +62,7 @@ def test_pull_is_not_woken_by_other_queues(broker: Broker) -> None:
 
 def test_woken_through_the_reput_service(make_broker: BrokerFactory) -> None:
     broker = make_broker(dispatch_on_send=False)
-    broker.create_topic("Orders", read_queue_nums=1)
+    broker.admin.create_topic("Orders", read_queue_nums=1)
     store = broker.store
     loop = ServiceLoop("reput", lambda: reput.step(store), 5.0, wake=store.appended)
     loop.start()
@@ -90,7 +89,7 @@ def test_pull_times_out(broker: Broker) -> None:
 
 def test_wait_is_cut_to_the_maximum(make_broker: BrokerFactory) -> None:
     broker = make_broker(max_pull_wait_ms=50)
-    broker.create_topic("Orders", read_queue_nums=1)
+    broker.admin.create_topic("Orders", read_queue_nums=1)
     started = time.monotonic()
     broker.pull("g", "Orders", 0, 0, wait_ms=60_000)
     assert time.monotonic() - started < 1.0
@@ -105,43 +104,8 @@ def test_stop_releases_waiting_pulls(broker: Broker) -> None:
     assert isinstance(result, PullResult) and result.status is PullStatus.NO_NEW_MSG
 
 
-def test_pull_async_waits_without_blocking_the_loop(broker: Broker) -> None:
-    async def main() -> tuple[PullResult, int, float]:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        tick_task = asyncio.create_task(ticker())
-        pull = asyncio.create_task(broker.pull_async("g", "Orders", 0, 0, wait_ms=10_000))
-        while broker.waiting_pulls == 0:
-            await asyncio.sleep(0.0005)
-        ticks_before = ticks
-        sent_at = time.monotonic()
-        await asyncio.to_thread(broker.send, "Orders", [OutgoingMessage(b"async", queue_id=0)])
-        result = await asyncio.wait_for(pull, 5)
-        woke_after = time.monotonic() - sent_at
-        tick_task.cancel()
-        return result, ticks - ticks_before, woke_after
-
-    result, ticks, woke_after = asyncio.run(main())
-    assert result.status is PullStatus.FOUND and result.messages[0].body == b"async"
-    assert ticks > 0  # the loop kept running while the pull waited
-    assert woke_after < WAKE_BUDGET_S
-
-
-def test_pull_async_times_out(broker: Broker) -> None:
-    started = time.monotonic()
-    result = asyncio.run(broker.pull_async("g", "Orders", 0, 0, wait_ms=80))
-    assert result.status is PullStatus.NO_NEW_MSG
-    assert 0.08 <= time.monotonic() - started < 1.0
-
-
 def test_wait_for_any_of_several_queues(broker: Broker) -> None:
-    broker.create_topic("Other", read_queue_nums=1)
+    broker.admin.create_topic("Other", read_queue_nums=1)
     queues = [("Orders", 0, 0), ("Orders", 1, 0), ("Other", 0, 0)]
     box: dict[str, object] = {}
 
@@ -167,17 +131,3 @@ def test_wait_for_messages_ready_at_once_and_timeout(broker: Broker) -> None:
     started = time.monotonic()
     assert broker.wait_for_messages([("Orders", 2, 1)], 60) == []
     assert 0.06 <= time.monotonic() - started < 1.0
-
-
-def test_wait_for_messages_async(broker: Broker) -> None:
-    async def main() -> list[tuple[str, int, int]]:
-        waiting = asyncio.create_task(
-            broker.wait_for_messages_async([("Orders", 0, 0), ("Orders", 3, 0)], 10_000)
-        )
-        while broker.waiting_pulls == 0:
-            await asyncio.sleep(0.0005)
-        await asyncio.to_thread(broker.send, "Orders", [OutgoingMessage(b"x", queue_id=3)])
-        return await asyncio.wait_for(waiting, 5)
-
-    assert asyncio.run(main()) == [("Orders", 3, 0)]
-    assert asyncio.run(broker.wait_for_messages_async([("Orders", 0, 0)], 30)) == []

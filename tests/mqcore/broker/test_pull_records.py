@@ -43,7 +43,7 @@ def test_checks_are_pulls(broker: Broker) -> None:
         broker.pull_records("Orders", 0, -1, 32, 1 << 20)
     with pytest.raises(ValidationError):
         broker.pull_records("Orders", 0, 0, broker.config.max_pull_count + 1, 1 << 20)
-    broker.update_topic("Orders", perm=2)
+    broker.admin.update_topic("Orders", perm=2)
     with pytest.raises(NoPermissionError) as refused:
         broker.pull_records("Orders", 0, 0, 32, 1 << 20)
     assert refused.value.rule == "topic_not_readable"

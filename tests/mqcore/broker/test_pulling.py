@@ -46,7 +46,7 @@ def test_max_bytes_returns_at_least_one(broker: Broker) -> None:
 
 
 def test_read_forbidden_topic_is_refused(broker: Broker) -> None:
-    broker.update_topic("Orders", perm=2)
+    broker.admin.update_topic("Orders", perm=2)
     with pytest.raises(NoPermissionError) as info:
         broker.pull("g", "Orders", 0, 0)
     assert (info.value.field, info.value.rule) == ("topic", "topic_not_readable")
@@ -61,11 +61,11 @@ def test_broker_without_read_perm(make_broker: BrokerFactory) -> None:
 
 def test_group_checks(make_broker: BrokerFactory) -> None:
     broker = make_broker(metadata_options={"auto_create_subscription_group": False})
-    broker.create_topic("T", read_queue_nums=1)
+    broker.admin.create_topic("T", read_queue_nums=1)
     with pytest.raises(NotFoundError) as info:
         broker.pull("unknown", "T", 0, 0)
     assert (info.value.field, info.value.rule) == ("group", "not_found")
-    broker.create_group("off", consume_enable=False)
+    broker.admin.create_group("off", consume_enable=False)
     with pytest.raises(NoPermissionError) as perm:
         broker.pull("off", "T", 0, 0)
     assert perm.value.rule == "consume_disabled"

@@ -27,7 +27,7 @@ def _only(broker: Broker, group: str, topic: str, offset: int) -> MessageExt:
 
 
 def test_retry_then_dlq_then_resend(broker: Broker, clock: FakeClock) -> None:
-    broker.create_group("G", retry_max_times=2)
+    broker.admin.create_group("G", retry_max_times=2)
     (sent,) = broker.send("Orders", [OutgoingMessage(b"work", tag="T", queue_id=0)])
     first = _only(broker, "G", "Orders", 0)
 
@@ -35,7 +35,7 @@ def test_retry_then_dlq_then_resend(broker: Broker, clock: FakeClock) -> None:
     back = broker.send_back("G", first.offset_msg_id)
     assert (back.action, back.reconsume_times, back.delay_level) == (SendBackAction.RETRY, 1, 3)
     assert back.send is not None and back.send.delayed and back.send.topic == "%RETRY%G"
-    retry_topic = broker.get_topic("%RETRY%G")
+    retry_topic = broker.admin.get_topic("%RETRY%G")
     assert (retry_topic.read_queue_nums, retry_topic.perm) == (1, 6)
     clock.advance(9_999)
     delay_delivery.step(broker)
@@ -61,7 +61,7 @@ def test_retry_then_dlq_then_resend(broker: Broker, clock: FakeClock) -> None:
     # Failure 3: reconsume_times (2) >= retry_max_times (2): dead letter, not delayed.
     back = broker.send_back("G", retry2.offset_msg_id)
     assert (back.action, back.reconsume_times, back.delay_level) == (SendBackAction.DLQ, 3, 0)
-    dlq_topic = broker.get_topic("%DLQ%G")
+    dlq_topic = broker.admin.get_topic("%DLQ%G")
     assert (dlq_topic.read_queue_nums, dlq_topic.perm, dlq_topic.kind) == (1, 6, "dlq")
     dead = _only(broker, "G", "%DLQ%G", 0)
     assert dead.reconsume_times == 3 and dead.msg_id == sent.msg_id
@@ -91,7 +91,7 @@ def test_explicit_level_and_max_override(broker: Broker) -> None:
 
 
 def test_group_without_retry_queues_drops(broker: Broker) -> None:
-    broker.create_group("NoRetry", retry_queue_nums=0)
+    broker.admin.create_group("NoRetry", retry_queue_nums=0)
     (sent,) = broker.send("Orders", [OutgoingMessage(b"m")])
     back = broker.send_back("NoRetry", sent.offset_msg_id)
     assert (back.action, back.send) == (SendBackAction.DROPPED, None)
@@ -106,7 +106,7 @@ def test_unknown_message(broker: Broker) -> None:
 def test_read_only_retry_topic_is_refused(broker: Broker) -> None:
     (sent,) = broker.send("Orders", [OutgoingMessage(b"m")])
     broker.send_back("G", sent.offset_msg_id)  # creates %RETRY%G
-    broker.update_topic("%RETRY%G", perm=4)
+    broker.admin.update_topic("%RETRY%G", perm=4)
     with pytest.raises(NoPermissionError) as info:
         broker.send_back("G", sent.offset_msg_id)
     assert info.value.field == "retry_topic"

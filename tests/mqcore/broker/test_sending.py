@@ -21,7 +21,7 @@ MSG = OutgoingMessage(b"payload")
 
 
 def _total(broker: Broker, topic: str) -> int:
-    return broker.topic_status(topic).message_count
+    return broker.admin.topic_status(topic).message_count
 
 
 # -- spec 11, broker steps in order ---------------------------------------------------------
@@ -69,8 +69,8 @@ def test_unknown_topic_is_not_found_when_auto_create_is_off(broker: Broker) -> N
 def test_auto_create_copies_tbw102_defaults(make_broker: BrokerFactory) -> None:
     broker = make_broker(auto_create_topics=True, default_topic_queue_nums=4)
     (result,) = broker.send("Fresh", [MSG])
-    topic = broker.get_topic("Fresh")
-    tbw = broker.get_topic("TBW102")
+    topic = broker.admin.get_topic("Fresh")
+    tbw = broker.admin.get_topic("TBW102")
     assert topic.write_queue_nums == topic.read_queue_nums == min(4, tbw.write_queue_nums)
     assert topic.perm == tbw.perm & ~1 == 6
     assert result.topic == "Fresh"
@@ -78,7 +78,7 @@ def test_auto_create_copies_tbw102_defaults(make_broker: BrokerFactory) -> None:
 
 def test_retry_topics_are_created_on_send(broker: Broker) -> None:
     broker.send("%RETRY%GroupX", [MSG])
-    info = broker.get_topic("%RETRY%GroupX")
+    info = broker.admin.get_topic("%RETRY%GroupX")
     assert (info.read_queue_nums, info.perm, info.kind) == (1, 6, "retry")
 
 
@@ -92,7 +92,7 @@ def test_queue_id_range(broker: Broker) -> None:
 
 
 def test_write_forbidden_topic_is_refused(broker: Broker) -> None:
-    broker.update_topic("Orders", perm=4)
+    broker.admin.update_topic("Orders", perm=4)
     with pytest.raises(NoPermissionError) as info:
         broker.send("Orders", [MSG])
     assert (info.value.field, info.value.rule) == ("topic", "topic_not_writable")
@@ -116,7 +116,7 @@ def test_empty_body(broker: Broker) -> None:
 def test_body_too_large_names_the_batch_position(make_broker: BrokerFactory) -> None:
     store_config = SMALL_BODIES_STORE
     broker = make_broker(store_config=store_config)
-    broker.create_topic("T", read_queue_nums=1)
+    broker.admin.create_topic("T", read_queue_nums=1)
     with pytest.raises(MessageIllegalError) as info:
         broker.send("T", [MSG, OutgoingMessage(b"x" * 101)])
     assert (info.value.field, info.value.rule) == ("messages[1].body", "max_size")
@@ -144,7 +144,7 @@ def test_properties_too_large(broker: Broker) -> None:
 
 def test_batch_bytes(make_broker: BrokerFactory) -> None:
     broker = make_broker(max_batch_bytes=10)
-    broker.create_topic("T", read_queue_nums=1)
+    broker.admin.create_topic("T", read_queue_nums=1)
     with pytest.raises(MessageIllegalError) as info:
         broker.send("T", [OutgoingMessage(b"123456"), OutgoingMessage(b"123456")])
     assert (info.value.field, info.value.rule) == ("messages", "max_batch_bytes")
@@ -195,7 +195,7 @@ def test_both_ids_find_the_message(broker: Broker) -> None:
 
 def test_send_without_dispatch_is_seen_after_reput(make_broker: BrokerFactory) -> None:
     broker = make_broker(dispatch_on_send=False)
-    broker.create_topic("T", read_queue_nums=1)
+    broker.admin.create_topic("T", read_queue_nums=1)
     broker.send("T", [MSG])
     assert broker.pull("g", "T", 0, 0).status is PullStatus.NO_NEW_MSG
     broker.store.dispatch_until_caught_up()

@@ -80,7 +80,7 @@ def test_delayed_message_is_pending_until_delivered(broker: Broker, clock: FakeC
 
 
 def test_subscribed_groups_without_offsets_are_listed(broker: Broker) -> None:
-    broker.create_group(
+    broker.admin.create_group(
         "Sub",
         subscription_data_set=({"topic": "Orders", "expressionType": "TAG", "expression": "*"},),
     )

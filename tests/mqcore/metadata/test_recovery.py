@@ -85,15 +85,15 @@ def populate(root: Path) -> None:
     queues, 20 messages), that of subscriptionGroup.json creates ``late`` (offsets on rb)."""
     with started(root) as s:
         b, meta = s.broker, s.metadata
-        b.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
+        b.admin.create_topic("orders", read_queue_nums=2, write_queue_nums=2)
         b.send("orders", [OutgoingMessage(b"o%d" % i, queue_id=i % 2) for i in range(10)])
-        b.create_group("g")
+        b.admin.create_group("g")
         b.commit_offset("g", "orders", 0, 3)
         meta.delay_offsets.update(3, 7)
         meta.filters.register(ConsumerFilterData("g", "orders", "a > 1", "SQL92", NOW_MS))
         meta.persist_all()
-        b.create_group("late")
-        b.create_topic("rb", read_queue_nums=4, write_queue_nums=4)
+        b.admin.create_group("late")
+        b.admin.create_topic("rb", read_queue_nums=4, write_queue_nums=4)
         b.send("rb", [OutgoingMessage(b"r%d" % i, queue_id=i % 4) for i in range(RB_MESSAGES)])
         b.commit_offset("g", "orders", 0, 5)
         b.commit_offset("late", "rb", 1, 2)
@@ -200,7 +200,7 @@ def test_topics_json_one_change_behind_gets_the_lost_topic_back(root: Path) -> N
         assert "re-created from the store's data: 1 topic rb (4 queues)" in recovery.summary
         assert "1 change older" in recovery.summary
         assert [len(s.pulled("rb", q)) for q in range(4)] == [5, 5, 5, 5]
-        assert s.broker.get_topic("orders").read_queue_nums == 2
+        assert s.broker.admin.get_topic("orders").read_queue_nums == 2
 
 
 def test_a_flipped_letter_in_a_topic_name_is_detected_and_named(root: Path) -> None:
@@ -262,8 +262,8 @@ def test_no_copy_and_no_record_rebuilds_topics_from_the_store(root: Path) -> Non
     with started(root) as s:
         recovery = only_recovery(s, "topics.json")
         assert recovery.summary.startswith("topics.json: no copy and no record; re-created")
-        assert s.broker.get_topic("rb").read_queue_nums == 4
-        assert sorted(t.name for t in s.broker.list_topics(include_system=False)) == [
+        assert s.broker.admin.get_topic("rb").read_queue_nums == 4
+        assert sorted(t.name for t in s.broker.admin.list_topics(include_system=False)) == [
             "orders",
             "rb",
         ]
@@ -294,7 +294,7 @@ def test_a_lost_config_directory_rebuilds_internal_topics_by_their_rules(root: P
 
 def test_a_copy_with_fewer_queues_than_the_data_is_widened(root: Path) -> None:
     with started(root) as s:
-        s.broker.update_topic("orders", read_queue_nums=3, write_queue_nums=3)
+        s.broker.admin.update_topic("orders", read_queue_nums=3, write_queue_nums=3)
         s.broker.send("orders", [OutgoingMessage(b"q2", queue_id=2)])
     DAMAGES["last byte"](config(root, "topics.json"))
     with started(root) as s:

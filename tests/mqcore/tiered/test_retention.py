@@ -37,7 +37,7 @@ def test_old_sealed_segments_go_per_topic_reserve_time(tmp_path: Path) -> None:
     world = open_world(tmp_path, MemoryBackend(), clock)
     try:
         # OTHER keeps its data 1000 h; TOPIC uses the tier default (72 h).
-        world.broker.create_topic(
+        world.broker.admin.create_topic(
             OTHER, read_queue_nums=1, write_queue_nums=1, attributes={"reserve.time": "1000"}
         )
         fill_both(world, 120)

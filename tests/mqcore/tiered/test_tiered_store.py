@@ -103,7 +103,7 @@ def test_min_offset_is_the_smaller_of_local_and_tier(cold: tuple[World, dict[int
     assert local_min > 0
     assert world.tiered.min_offset(TOPIC, 0) == 0
     assert world.broker.list_offsets(TOPIC, 0, "earliest") == 0
-    assert world.broker.queue_status(TOPIC, 0).min_offset == 0
+    assert world.broker.admin.queue_status(TOPIC, 0).min_offset == 0
     got = world.tiered.get_messages("", TOPIC, 0, local_min, 1)
     assert got.source == "local" and got.min_offset == 0
 
@@ -301,7 +301,7 @@ def test_offset_for_time_reaches_into_the_tier(cold: tuple[World, dict[int, list
 
 def test_a_cold_message_can_be_sent_back_for_retry(cold: tuple[World, dict[int, list]]) -> None:
     world, before = cold
-    world.broker.create_group("billing")
+    world.broker.admin.create_group("billing")
     [cold_message] = world.broker.query_by_key(TOPIC, "key-4", 0, 2**62)
     assert world.store.commit_log.message_at(cold_message.phys_offset) is None
     result = world.broker.send_back("billing", cold_message.offset_msg_id, -1)  # to the DLQ
@@ -317,9 +317,9 @@ def test_group_lag_ages_come_from_the_tier_for_cold_offsets(
     cold: tuple[World, dict[int, list]],
 ) -> None:
     world, before = cold
-    world.broker.create_group("billing")
+    world.broker.admin.create_group("billing")
     world.broker.commit_offset("billing", TOPIC, 0, 3)
-    [lag] = [q for q in world.broker.group_lag("billing", TOPIC).queues if q.queue_id == 0]
+    [lag] = [q for q in world.broker.admin.group_lag("billing", TOPIC).queues if q.queue_id == 0]
     assert lag.lag == 97 and lag.oldest_unconsumed_timestamp == before[0][3][3]
 
 

@@ -113,7 +113,7 @@ def open_world(
     broker = Broker(store, metadata, clock=clock, reader=tiered)
     broker.start()
     if metadata.topics.get(TOPIC) is None:
-        broker.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
+        broker.admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
     return World(store, tier, tiered, broker, clock)
 
 

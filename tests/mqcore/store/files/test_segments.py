@@ -234,11 +234,33 @@ def age_files(q: MappedFileQueue, mtimes_ms: list[int]) -> None:
         os.utime(mapped.path, ns=(when * 1_000_000, when * 1_000_000))
 
 
+def delete_expired_by_time(
+    q: MappedFileQueue,
+    expired_ms: int,
+    now_ms: int,
+    *,
+    clean_immediately: bool,
+    max_count: int,
+    never_last: bool = True,
+) -> int:
+    """The cleanup service's time rule over ``delete_first_files_while`` (spec 6.4 step 3)."""
+    return q.delete_first_files_while(
+        lambda mapped: clean_immediately or now_ms >= mapped.last_modified_ms + expired_ms,
+        max_count=max_count,
+        never_last=never_last,
+    )
+
+
+def delete_first_files_below(q: MappedFileQueue, offset: int) -> int:
+    """Front files that end at or below ``offset`` (never the last)."""
+    return q.delete_first_files_while(lambda mapped: mapped.base_offset + q.file_size <= offset)
+
+
 def test_delete_expired_by_time_no_holes(queue: MappedFileQueue) -> None:
     write_records(queue, 32 * 5)
     now = 10_000_000
     age_files(queue, [now - 5000, now - 5000, now - 10, now - 5000, now - 5000])
-    assert queue.delete_expired_by_time(1000, now, clean_immediately=False, max_count=10) == 2
+    assert delete_expired_by_time(queue, 1000, now, clean_immediately=False, max_count=10) == 2
     assert [f.base_offset for f in queue.files] == [2 * SIZE, 3 * SIZE, 4 * SIZE]
     assert queue.min_offset == 2 * SIZE
     assert names(queue.directory) == [f"{i * SIZE:020d}" for i in (2, 3, 4)]
@@ -248,13 +270,13 @@ def test_delete_expired_by_time_limits(queue: MappedFileQueue) -> None:
     write_records(queue, 32 * 4)
     now = 10_000_000
     age_files(queue, [now - 10] * 4)
-    assert queue.delete_expired_by_time(1000, now, clean_immediately=False, max_count=10) == 0
-    assert queue.delete_expired_by_time(1000, now, clean_immediately=True, max_count=2) == 2
-    assert queue.delete_expired_by_time(1000, now, clean_immediately=True, max_count=10) == 1
+    assert delete_expired_by_time(queue, 1000, now, clean_immediately=False, max_count=10) == 0
+    assert delete_expired_by_time(queue, 1000, now, clean_immediately=True, max_count=2) == 2
+    assert delete_expired_by_time(queue, 1000, now, clean_immediately=True, max_count=10) == 1
     assert len(queue.files) == 1  # never the last
     assert (
-        queue.delete_expired_by_time(
-            1000, now, clean_immediately=True, max_count=10, never_last=False
+        delete_expired_by_time(
+            queue, 1000, now, clean_immediately=True, max_count=10, never_last=False
         )
         == 1
     )
@@ -267,11 +289,11 @@ def test_held_file_stops_cleanup_until_forced(tmp_path: Path) -> None:
     write_records(q, 32 * 3)
     first = q.files[0]
     assert first.hold()
-    assert q.delete_expired_by_time(0, 0, clean_immediately=True, max_count=10) == 0
+    assert delete_expired_by_time(q, 0, 0, clean_immediately=True, max_count=10) == 0
     assert q.files[0] is first and not first.is_available
     assert q.min_offset == SIZE  # the first file is being destroyed
     clock.advance(120_000)
-    assert q.delete_expired_by_time(0, 0, clean_immediately=True, max_count=10) == 2
+    assert delete_expired_by_time(q, 0, 0, clean_immediately=True, max_count=10) == 2
     assert first.is_closed
     first.release()
     q.close()
@@ -282,18 +304,18 @@ def test_held_file_released_before_retry(tmp_path: Path) -> None:
     write_records(q, 32 * 2)
     first = q.files[0]
     first.hold()
-    assert q.delete_first_files_below(SIZE) == 0
+    assert delete_first_files_below(q, SIZE) == 0
     first.release()  # the last holder unmaps
     assert first.is_closed
-    assert q.delete_first_files_below(SIZE) == 1
+    assert delete_first_files_below(q, SIZE) == 1
     q.close()
 
 
 def test_delete_first_files_below(queue: MappedFileQueue) -> None:
     write_records(queue, 32 * 4)
-    assert queue.delete_first_files_below(2 * SIZE - 1) == 1
-    assert queue.delete_first_files_below(2 * SIZE) == 1
-    assert queue.delete_first_files_below(100 * SIZE) == 1  # never the last
+    assert delete_first_files_below(queue, 2 * SIZE - 1) == 1
+    assert delete_first_files_below(queue, 2 * SIZE) == 1
+    assert delete_first_files_below(queue, 100 * SIZE) == 1  # never the last
     assert [f.base_offset for f in queue.files] == [3 * SIZE]
 
 
@@ -318,7 +340,7 @@ def test_read_only_queue_refuses_writes(tmp_path: Path) -> None:
     with pytest.raises(StoreNotWritableError):
         ro.last_or_create(2 * SIZE)
     with pytest.raises(StoreNotWritableError):
-        ro.delete_first_files_below(SIZE)
+        delete_first_files_below(ro, SIZE)
     assert ro.flush(0) is False
     # Truncation of a read-only queue only moves the in-memory end of data (tools use it
     # to see what recovery would keep); no file is touched.

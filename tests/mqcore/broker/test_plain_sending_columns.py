@@ -1,6 +1,6 @@
-"""Broker.send_plain with columns (``PlainColumns``, the Kafka listener's produce of large
+"""Broker.send of plain columns (``PlainColumns``, the Kafka listener's produce of large
 batches): for any input, the same results, errors (type, field, rule, text), stats and
-stored records as ``send_plain`` of the equivalent messages, on twin brokers."""
+stored records as a send of the equivalent messages, on twin brokers."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import pytest
 
 from mqcore.broker import Broker
 from mqcore.broker.config import BrokerConfig
+from mqcore.broker.placement import ToQueue
 from mqcore.clock import FakeClock
 from mqcore.errors import MQError
 from mqcore.format.msgid import HostAddress
 from mqcore.message import Message
 from mqcore.store.put.plain_batch import PlainColumns
 from tests.mqcore.broker.conftest import NOW_MS, SMALL_BODIES_STORE
-from tests.mqcore.broker.test_send_plain import _comparable, _stored
+from tests.mqcore.broker.test_plain_sending import _comparable, _stored
 
 HOST = HostAddress("10.1.2.3", 5555)
 STORE = SMALL_BODIES_STORE
@@ -72,8 +73,8 @@ def twins(tmp_path: Path) -> Iterator[tuple[Broker, Broker]]:
             clock=FakeClock(NOW_MS),
         )
         for topic in ("Orders", "Other", "ReadOnly"):
-            broker.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
-        broker.update_topic("ReadOnly", perm=4)
+            broker.admin.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
+        broker.admin.update_topic("ReadOnly", perm=4)
         brokers.append(broker)
     yield brokers[0], brokers[1]
     for broker in brokers:
@@ -82,7 +83,7 @@ def twins(tmp_path: Path) -> Iterator[tuple[Broker, Broker]]:
 
 def _outcome(broker: Broker, topic: str, queue_id: int, batch: object) -> tuple[object, ...]:
     try:
-        r = broker.send_plain(topic, queue_id, batch)  # type: ignore[arg-type]
+        r = broker.send(topic, batch, ToQueue(queue_id))[0]  # type: ignore[arg-type]
     except (MQError, ValueError) as exc:
         return (type(exc), str(exc), getattr(exc, "field", None), getattr(exc, "rule", None))
     return (r.status, r.topic, r.queue_id, r.queue_offset, r.broker_name, r.store_timestamp)

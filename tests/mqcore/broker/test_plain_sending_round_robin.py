@@ -1,5 +1,5 @@
-"""Broker.send_plain_round_robin: what send does with the same messages as OutgoingMessage
-without queue_id or sharding key (queues, offsets, CommitLog order, stored records, errors,
+"""Broker.send of plain store messages round robin (``BY_MESSAGE``): what the reference
+path does with the same messages as OutgoingMessage without queue_id or sharding key (queues, offsets, CommitLog order, stored records, errors,
 round-robin positions); and store_placed's grouping of a batch mixing delayed messages."""
 
 from __future__ import annotations
@@ -74,12 +74,12 @@ def _placement(results: list[SendResult]) -> list[tuple[object, ...]]:
 def test_stores_what_send_stores(make_broker: BrokerFactory, queues: int, count: int) -> None:
     broker = make_broker()
     for name in ("Mine", "Theirs"):
-        broker.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
+        broker.admin.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
     keys = ["", "order-1", "ключ-λ a", "k" * 9000]  # the last takes the exact measurement
     batch = [(bytes([65 + i % 26]) * (1 + i), keys[i % len(keys)]) for i in range(count)]
     sent: list[SendResult] = []
     for _ in range(2):  # the second batch continues the first one's round robin
-        mine = broker.send_plain_round_robin("Mine", [plain("Mine", b, k) for b, k in batch])
+        mine = broker.send("Mine", [plain("Mine", b, k) for b, k in batch])
         sent += mine
         theirs = broker.send("Theirs", [outgoing(b, k) for b, k in batch], born_host=HOST)
         assert _placement(mine) == _placement(theirs)
@@ -97,9 +97,7 @@ def test_stores_what_send_stores(make_broker: BrokerFactory, queues: int, count:
 
 def test_shares_the_round_robin_with_send(broker: Broker) -> None:
     queues = [r.queue_id for r in broker.send("Orders", [outgoing(b"a")] * 3)]
-    queues += [
-        r.queue_id for r in broker.send_plain_round_robin("Orders", [plain("Orders", b"b")] * 2)
-    ]
+    queues += [r.queue_id for r in broker.send("Orders", [plain("Orders", b"b")] * 2)]
     queues += [r.queue_id for r in broker.send("Orders", [outgoing(b"c")])]
     assert queues == [0, 1, 2, 3, 0, 1]
 
@@ -112,7 +110,7 @@ def _send(broker: Broker, topic: str, batch: list[tuple[bytes, str]]) -> list[Se
 
 
 def _round_robin(broker: Broker, topic: str, batch: list[tuple[bytes, str]]) -> list[SendResult]:
-    return broker.send_plain_round_robin(topic, [plain(topic, b, k) for b, k in batch])
+    return broker.send(topic, [plain(topic, b, k) for b, k in batch])
 
 
 def _error(send: Send, broker: Broker, topic: str, batch: list[tuple[bytes, str]]) -> object:
@@ -143,9 +141,9 @@ def test_errors_are_sends(
 ) -> None:
     store_config = SMALL_BODIES_STORE
     broker = make_broker(store_config=store_config, max_batch_bytes=150)
-    broker.create_topic("Orders", read_queue_nums=8, write_queue_nums=8)
-    broker.create_topic("ReadOnly", read_queue_nums=4, write_queue_nums=4)
-    broker.update_topic("ReadOnly", perm=4)
+    broker.admin.create_topic("Orders", read_queue_nums=8, write_queue_nums=8)
+    broker.admin.create_topic("ReadOnly", read_queue_nums=4, write_queue_nums=4)
+    broker.admin.update_topic("ReadOnly", perm=4)
 
     def next_queue() -> int:
         return _send(broker, "Orders", [(b"y", "")])[0].queue_id
@@ -163,7 +161,7 @@ def test_errors_are_sends(
 
 def test_refused_when_not_started_or_not_writable(make_broker: BrokerFactory) -> None:
     broker = make_broker(broker_perm=4)
-    broker.create_topic("Orders", read_queue_nums=4)
+    broker.admin.create_topic("Orders", read_queue_nums=4)
     assert _error(_round_robin, broker, "Orders", [(b"x", "")]) == _error(
         _send, broker, "Orders", [(b"x", "")]
     )
@@ -192,13 +190,13 @@ def test_a_store_refusing_puts(broker: Broker) -> None:
 )
 def test_not_plain_is_a_caller_bug(broker: Broker, message: Message) -> None:
     with pytest.raises(ValueError, match="messages\\[1\\] is not a plain message"):
-        broker.send_plain_round_robin("Orders", [plain("Orders", b"x"), message])
+        broker.send("Orders", [plain("Orders", b"x"), message])
     assert broker.store.commit_log.max_offset == 0
 
 
 def test_counts_in_the_put_stats(broker: Broker) -> None:
     before = broker.status().put_total
-    broker.send_plain_round_robin("Orders", [plain("Orders", b"x")] * 5)
+    broker.send("Orders", [plain("Orders", b"x")] * 5)
     assert broker.status().put_total == before + 5
 
 
