@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import tomllib
 import urllib.request
 from importlib.metadata import packages_distributions
@@ -102,8 +103,12 @@ def test_the_broker_serves_without_dev_only_packages(tmp_path: Path) -> None:
         batch = {"messages": [{"body": "hello", "keys": ["k1"]}]}
         sent = api.call("POST", "/topics/cold/messages", batch)["results"]
         assert [r["status"] for r in sent] == ["SEND_OK"]
-        found = api.get("/topics/cold/messages", key="k1", begin=0)
-        assert [m["body"] for m in found["messages"]] == ["hello"]
+        # The index is written by reput, just after the send is acknowledged.
+        deadline = time.monotonic() + 20
+        while not (found := api.get("/topics/cold/messages", key="k1", begin=0)["messages"]):
+            assert time.monotonic() < deadline, "the key never became searchable"
+            time.sleep(0.1)
+        assert [m["body"] for m in found] == ["hello"]
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
