@@ -115,6 +115,11 @@ def test_unknown_topic_is_404(operator: APIClient, viewer: APIClient) -> None:
             "messages[0].properties",
             "reserved_name",
         ),
+        (
+            {"body": "x", "properties": {"__kafka.hdrs": "a"}},
+            "messages[0].properties",
+            "reserved_name",
+        ),
         ({"body": "x", "keys": [""]}, "messages[0].keys[0]", "blank"),
         ({"body": "x", "keys": ["a b"]}, "messages[0].keys[0]", "characters"),
         ({"body": "x", "keys": 7}, "messages[0].keys", "type"),
