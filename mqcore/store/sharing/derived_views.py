@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mqcore.clock import Clock
@@ -42,15 +43,26 @@ class DerivedViews:
         clock: time source of the views.
         readonly: whether the first views map the files read-only (a read-only store, or a
             broker whose worker writes them).
+        monotonic: the time source of the retirement delay (real time even under a test's
+            FakeClock: the delay protects readers on other threads).
     """
 
-    def __init__(self, root: Path, config: StoreConfig, clock: Clock, *, readonly: bool) -> None:
+    def __init__(
+        self,
+        root: Path,
+        config: StoreConfig,
+        clock: Clock,
+        *,
+        readonly: bool,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.root = root
         self.config = config
         self.clock = clock
         self.checkpoint = Checkpoint(root / "checkpoint")
         self.queues = self.new_queues(readonly=readonly)
         self.index = self.new_index(readonly=readonly)
+        self._monotonic = monotonic
         self._retired: list[tuple[float, View]] = []
 
     def new_queues(self, *, readonly: bool) -> ConsumeQueueStore:
@@ -106,7 +118,7 @@ class DerivedViews:
 
     def retire(self, *views: View) -> None:
         """Close views replaced more than RETIRE_AFTER_S ago; keep these for later."""
-        now = time.monotonic()
+        now = self._monotonic()
         keep: list[tuple[float, View]] = []
         for since, view in self._retired:
             if now - since >= RETIRE_AFTER_S:
