@@ -267,7 +267,7 @@ def _install(store: MessageStore, job: dict[str, Any]) -> bool:
     rebuild_dir.empty_trash(store.root)
     if store.role == "services" and store.progress is not None:
         # Followers (the broker) reload their views of the derived files.
-        store.follower.seen[Slot.ATTACH_COUNT] = store.progress.increment(Slot.ATTACH_COUNT)
+        store.follower.announce(Slot.ATTACH_COUNT)
     job["state"] = "installed"
     rebuild_dir.rebuild_dir(store.root).joinpath(rebuild_dir.QUEUES_JOB).unlink(missing_ok=True)
     _report(store, job, wanted, installed)

@@ -212,6 +212,13 @@ class Follower:
         else:
             self.reload_index()
 
+    def announce(self, slot: Slot) -> int:
+        """Increment ``slot`` for the other processes and count it as seen here (this
+        process made the change its followers must act on). Returns the new value."""
+        value = self.progress.increment(slot)
+        self.seen[slot] = value
+        return value
+
     def take_cleanup(self) -> bool:
         """Whether a cleanup ran elsewhere since last asked (then it counts as seen)."""
         cleanup = self.progress.get(Slot.CLEANUP_GENERATION)
