@@ -31,21 +31,20 @@ from pathlib import Path
 from types import TracebackType
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.errors import DiskFullError, StoreClosedError, ValidationError
-from mqcore.format.msgid import UniqKeyGenerator, create_offset_msg_id
+from mqcore.errors import DiskFullError, StoreClosedError
+from mqcore.format.msgid import UniqKeyGenerator
 from mqcore.format.record import DispatchRequest
 from mqcore.message import Message, MessageExt
 from mqcore.store import offset_table
-from mqcore.store.commit_log import CommitLog, PendingRecord
+from mqcore.store.commit_log import CommitLog
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.files.lockfile import StoreLock
-from mqcore.store.files.prefault import Prefaulter, start_prefaulter
 from mqcore.store.files.service_lock import CONTINUOUS_SERVICES, ServiceLocks
 from mqcore.store.health import StoreHealth
 from mqcore.store.index.index_service import IndexService
-from mqcore.store.put.pending import DEFAULT_BORN_HOST, pending_record
+from mqcore.store.put.appender import Appender
 from mqcore.store.put.plain_batch import PlainColumns
 from mqcore.store.queue_snapshot import QueueOffsetSnapshot
 from mqcore.store.read import queries
@@ -64,7 +63,6 @@ from mqcore.store.results import (
     PutResult,
     PutStatus,
     RefusedPutResult,
-    new_put_result,
 )
 from mqcore.store.sharing import writer_open
 from mqcore.store.sharing.derived_views import DerivedViews
@@ -73,14 +71,10 @@ from mqcore.store.sharing.process_role import ProcessRole, check_process_role
 from mqcore.store.sharing.progress import Progress, Slot
 from mqcore.store.sharing.publisher import Publisher
 from mqcore.store.sharing.reput_holder import ReputHolder, StartChecks
-from mqcore.validation import validate_topic
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[DispatchRequest], None]
-
-#: Topic names that passed ``validate_topic`` are remembered (up to this many) to skip the regex.
-_VALID_TOPICS_MAX = 10_000
 
 
 def _ignore(request: DispatchRequest) -> None:
@@ -102,6 +96,8 @@ class MessageStore:
         dispatch: the class of the dispatch writer reput writes through
             (``reput/dispatch_write.py``); tests give ``ReferenceDispatchWriter``, the
             one-request-at-a-time oracle.
+        uniq: the generator of the UNIQ_KEYs given to messages without one (tests pass one
+            with a fixed host, pid and counter).
     """
 
     def __init__(
@@ -113,6 +109,7 @@ class MessageStore:
         readonly: bool = False,
         role: ProcessRole = "standalone",
         dispatch: type[DispatchWriter] = DispatchWriter,
+        uniq: UniqKeyGenerator | None = None,
     ) -> None:
         self.role: ProcessRole = check_process_role(role, readonly=readonly)
         self.root = Path(root)
@@ -161,8 +158,17 @@ class MessageStore:
             listeners=self._listeners,
             arrivals_listeners=self._arrivals_listeners,
         )
-        #: What this process publishes for the others; wired to ``progress`` by ``open``.
+        #: What this process publishes for the others; bound to ``progress`` by ``open``.
         self.publisher = Publisher(None, self.commit_log, self.config, self.root)
+        self._appender = Appender(
+            self.commit_log,
+            self.config,
+            self.clock,
+            uniq or UniqKeyGenerator(clock=self.clock),
+            self.publisher,
+        )
+        #: Set after every append; the inline reput loop waits on it instead of polling.
+        self.appended = self._appender.appended
         self._follower: Follower | None = None
         #: Services role: the turn as the one writer of the derived files.
         self.reput_holder: ReputHolder | None = None
@@ -170,12 +176,6 @@ class MessageStore:
         self._service_locks = ServiceLocks(self.root, CONTINUOUS_SERVICES)
         self._lock = StoreLock(self.root)
         self._reput_lock = threading.Lock()
-        #: Set after every append; the inline reput loop waits on it instead of polling.
-        self.appended = threading.Event()
-        self._uniq = UniqKeyGenerator(clock=self.clock)
-        self._valid_topics: set[str] = set()
-        #: The writer's pre-fault thread (``prefault.py``), while open.
-        self._prefault: Prefaulter | None = None
         self._open = False
 
     # -- the parts ------------------------------------------------------------------------
@@ -224,7 +224,7 @@ class MessageStore:
 
     def _wire_sharing(self, progress: Progress) -> None:
         """Give the sharing objects their collaborators, once ``progress`` is open."""
-        self.publisher = Publisher(progress, self.commit_log, self.config, self.root)
+        self.publisher.progress = progress
         self._follower = Follower(
             progress,
             self.commit_log,
@@ -280,7 +280,7 @@ class MessageStore:
             self._release_locks()
             raise
         if self.writable:  # the CommitLog writer: after recovery, before any put
-            self._prefault = start_prefaulter(self.commit_log.segments, self.config)
+            self._appender.start_prefault()
         self._open = True
         return self
 
@@ -288,7 +288,7 @@ class MessageStore:
         self._service_locks.release_all()
         if self.progress is not None:
             self.progress.close()
-            self.progress = None
+            self.progress = self.publisher.progress = None
         self._lock.release()
 
     def _load_and_recover(self) -> None:
@@ -354,9 +354,7 @@ class MessageStore:
         """Dispatch what is left, flush everything, remove ``abort`` and unlock."""
         if not self._open:
             return
-        prefault, self._prefault = self._prefault, None
-        if prefault is not None:
-            prefault.stop()  # before the segments are closed
+        self._appender.stop_prefault()  # before the segments are closed
         if self.role != "standalone":
             self._close_shared()
             return
@@ -460,8 +458,7 @@ class MessageStore:
         if self.rebuilding_queues and (refused := derived_start.refused_puts(self, msgs, queue_id)):
             return refused
         try:
-            plain = self._put_plain(msgs, queue_id)
-            return plain if plain is not None else self._put_general(msgs, queue_id)
+            return self._appender.put(msgs, queue_id)
         except DiskFullError as exc:  # raised before a byte was written
             return self._refused(msgs, queue_id, exc)
 
@@ -479,8 +476,12 @@ class MessageStore:
         ):
             return self.put_batch(columns.to_messages(), queue_id)
         try:
-            put = self._put_plain(columns, queue_id)
-            return put if put is not None else self._put_general(columns.to_messages(), queue_id)
+            put = self._appender.put_plain(columns, queue_id)
+            return (
+                put
+                if put is not None
+                else self._appender.put_general(columns.to_messages(), queue_id)
+            )
         except DiskFullError as exc:  # raised before a byte was written
             return self._refused(columns.to_messages(), queue_id, exc)
 
@@ -503,92 +504,6 @@ class MessageStore:
             self.set_writable(True, "", source="abort")
         self.set_writable(True, "", source="space")  # the put itself tries the reservation
         return self.writable
-
-    def _put_general(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
-        """The general put path: a record and a PutResult object per message."""
-        pending = [self._prepare(m, queue_id) for m in msgs]
-        appended = self.commit_log.append([p for p, _, _ in pending])
-        self._appended_to(appended[-1].phys_offset + appended[-1].size)
-        status = PutStatus.PUT_OK
-        if self.config.flush == "sync" and any(wait for _, _, wait in pending):
-            last = appended[-1]
-            if not self.commit_log.flush_until(last.phys_offset + last.size):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-            self.publisher.append()
-            self.appended.set()  # reput may now dispatch up to the new flushed offset
-        host = self.config.store_host
-        results: list[PutResult] = []
-        for (p, uniq, _), a in zip(pending, appended, strict=True):
-            # PutResult(...) field by field (``results.new_put_result`` says why).
-            r = new_put_result()
-            r.status = status
-            r.topic = p.topic
-            r.queue_id = p.queue_id
-            r.msg_id = uniq
-            r.offset_msg_id = create_offset_msg_id(host, a.phys_offset)
-            r.phys_offset = a.phys_offset
-            r.queue_offset = a.queue_offset
-            r.store_timestamp = a.store_timestamp
-            r.wrote_bytes = a.size
-            r.__class__ = PutResult
-            results.append(r)
-        return results
-
-    def _put_plain(
-        self, msgs: Sequence[Message] | PlainColumns, queue_id: int
-    ) -> BatchPutResults | None:
-        """The plain-batch path (``plain_batch.py``), or None to take the general one."""
-        topic = msgs.topic if isinstance(msgs, PlainColumns) else msgs[0].topic
-        if topic not in self._valid_topics:
-            try:
-                self._remember_valid(topic)
-            except ValidationError:
-                return None  # the general path raises it, in its order
-        head, first = self._uniq.reserve(len(msgs))
-        results = self.commit_log.append_plain(
-            msgs, queue_id, head, first, self.clock.now_ms(), DEFAULT_BORN_HOST
-        )
-        if results is None:
-            return None
-        end = results.end
-        self._appended_to(end)
-        if self.config.flush == "sync":  # plain messages carry no WAIT=false
-            if not self.commit_log.flush_until(end):
-                results = results.with_status(PutStatus.FLUSH_DISK_TIMEOUT)
-            self.publisher.append()
-            self.appended.set()  # reput may now dispatch up to the new flushed offset
-        return results
-
-    def _appended_to(self, end: int) -> None:
-        """After an append that ended at CommitLog offset ``end``: publish it, keep the
-        pre-fault window ahead of it and wake reput."""
-        self.publisher.append(end)
-        prefault = self._prefault
-        if prefault is not None and end > prefault.trigger:
-            prefault.wake()
-        if not self.appended.is_set():  # set() takes the Event's lock even when it is set
-            self.appended.set()
-
-    def _remember_valid(self, topic: str) -> None:
-        """``validate_topic``, remembered: a store sees a few topics, checked once each."""
-        validate_topic(topic)
-        if len(self._valid_topics) >= _VALID_TOPICS_MAX:
-            self._valid_topics.clear()
-        self._valid_topics.add(topic)
-
-    def _prepare(self, msg: Message, queue_id: int) -> tuple[PendingRecord, str, bool]:
-        """The general path's record of ``msg`` (``pending.pending_record``), its topic
-        checked first."""
-        if msg.topic not in self._valid_topics:
-            self._remember_valid(msg.topic)
-        return pending_record(
-            msg,
-            queue_id,
-            uniq=self._uniq,
-            clock=self.clock,
-            max_message_size=self.config.max_message_size,
-            store_host=self.config.store_host,
-        )
 
     # -- dispatch (reput) -----------------------------------------------------------------
 
