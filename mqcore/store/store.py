@@ -41,6 +41,7 @@ from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.files.lockfile import StoreLock
+from mqcore.store.files.prefault import Prefaulter
 from mqcore.store.files.service_lock import CONTINUOUS_SERVICES, ServiceLocks
 from mqcore.store.health import StoreHealth
 from mqcore.store.index.index_service import IndexService
@@ -201,6 +202,11 @@ class MessageStore:
     @property
     def checkpoint(self) -> Checkpoint:
         return self.views.checkpoint
+
+    @property
+    def prefaulter(self) -> Prefaulter | None:
+        """The CommitLog writer's pre-fault thread (``files/prefault.py``) while open."""
+        return self._appender.prefaulter
 
     @property
     def follower(self) -> Follower:

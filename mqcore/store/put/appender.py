@@ -71,6 +71,11 @@ class Appender:
         """Start the pre-fault thread (the CommitLog writer, after recovery, before puts)."""
         self._prefault = start_prefaulter(self.commit_log.segments, self.config)
 
+    @property
+    def prefaulter(self) -> Prefaulter | None:
+        """The pre-fault thread while started (None when disabled, read-only or stopped)."""
+        return self._prefault
+
     def stop_prefault(self) -> None:
         """Stop it (before the segments are closed)."""
         prefault, self._prefault = self._prefault, None
