@@ -58,7 +58,6 @@ from mqcore.services.disk import (
 from mqcore.services.result import StepResult
 from mqcore.store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE
 from mqcore.store.files.mapped_file import fsync_directory
-from mqcore.store.sharing import roles
 from mqcore.store.sharing.progress import Slot
 from mqcore.store.store import MessageStore
 
@@ -156,7 +155,7 @@ def _run(
     follower = store.follows_derived_files
     if follower:
         store.follow_others()
-        roles.reload_index(store)
+        store.follower.reload_index()
     disk = check_disk(store, probe, thresholds)
     publish_disk(store, disk, thresholds)
     now_ms = clock.now_ms()
@@ -327,8 +326,7 @@ def _unlink_expired_queue_files(store: MessageStore, min_offset: int) -> int:
     files, never the last, whose last unit points below the CommitLog minimum), carried out
     by unlinking. The reput holder and the broker drop their mappings on the
     CLEANUP_GENERATION bump."""
-    assert store.progress is not None
-    limit = roles.dispatch_limit(store.progress)
+    limit = store.follower.limit()
     deleted = 0
     for topic in store.queues.topics():
         for queue in store.queues.queues(topic).values():
@@ -361,5 +359,5 @@ def _unlink_expired_index_files(store: MessageStore, min_offset: int) -> int:
         _unlink(f.path)
         removed += 1
     if removed:
-        roles.reload_index(store)
+        store.follower.reload_index()
     return removed

@@ -32,7 +32,6 @@ from mqcore.services import locks
 from mqcore.services.result import StepResult
 from mqcore.store.files.mapped_file import FLUSH_PAGE_BYTES
 from mqcore.store.files.space import is_disk_full
-from mqcore.store.sharing import roles
 from mqcore.store.sharing.progress import Progress, Slot
 from mqcore.store.store import MessageStore
 
@@ -107,7 +106,7 @@ def flush_unwaited(store: MessageStore) -> bool:
     if commit_log.flushed_offset >= end:
         return False
     commit_log.flush_until(end)
-    roles.publish_append(store)
+    store.publisher.append()
     store.appended.set()  # reput may now dispatch up to the new flushed offset
     return True
 

@@ -1,10 +1,10 @@
 """Follow: the broker's side of reput when Celery workers run it (``CAIRN_SERVICES=celery``).
 
 The broker process dispatches nothing; the worker does. This step catches the broker up with
-the worker through the store files (``mqcore.store.sharing.roles.follow_dispatch``): it walks the
-records the worker dispatched, extends the broker's view of each touched ConsumeQueue and
-calls the store's listeners, which wake long-polling pulls and the live trace exactly as an
-in-process reput would. It also picks up the worker's cleanups and the disk-full flag.
+the worker through the store files (``Follower.follow_dispatch`` in
+``mqcore/store/sharing/follower.py``): it walks the records the worker dispatched, extends
+the broker's view of each touched ConsumeQueue and calls the store's listeners, which wake
+long-polling pulls and the live trace exactly as an in-process reput would. It also picks up the worker's cleanups and the disk-full flag.
 
 It is cheap when idle (a few reads of the progress file), so the broker's loop polls it
 every ``follow_interval_ms`` and a Redis pub/sub message from the worker (``workers/events``)

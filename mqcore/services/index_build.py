@@ -66,8 +66,6 @@ from mqcore.store.index.index_service import IndexService
 from mqcore.store.recovery import derived_start, rebuild_walk
 from mqcore.store.recovery import rebuild_dir as rebuild_dir_files
 from mqcore.store.recovery.rebuild_dir import Move
-from mqcore.store.reput import dispatch_write
-from mqcore.store.sharing import roles
 from mqcore.store.sharing.progress import Slot
 from mqcore.store.store import MessageStore
 
@@ -152,8 +150,8 @@ def _save_job(root: Path, job: IndexBuildJob) -> None:
 def _log_end(store: MessageStore) -> int:
     """How far the CommitLog may be read for indexing (the reput bound)."""
     if store.role == "services":
-        roles.follow_commit_log(store)
-        return roles.confirm_offset(store)
+        store.follower.follow_commit_log()
+        return store.follower.confirm_offset()
     return store.commit_log.confirm_offset
 
 
@@ -194,7 +192,7 @@ def start(
         begin = store.commit_log.min_offset
         kept: list[str] = []
         if store.follows_derived_files:
-            roles.reload_index(store)
+            store.follower.reload_index()
         if from_offset is not None:
             for f in store.index.files:
                 if f.index_count <= 1 or f.end_phys_offset >= from_offset:
@@ -224,7 +222,7 @@ def start(
 
 
 def _side_index(store: MessageStore) -> IndexService:
-    side = roles.new_index(store, readonly=False, root=rebuild_dir(store.root))
+    side = store.views.new_index(readonly=False, root=rebuild_dir(store.root))
     side.load(True, 0)
     return side
 
@@ -385,10 +383,9 @@ def _swap(store: MessageStore, job: IndexBuildJob) -> None:
         store.root,
         [Move(f"{rebuild_dir_files.DIRECTORY}/index", "index", list(job.kept_files))],
     )
-    index = roles.new_index(store, readonly=False)
+    index = store.views.new_index(readonly=False)
     index.load(True, 0)
-    previous, store.index = store.index, index
-    roles.retire(store, previous)  # queries running on it finish on the unlinked files
+    store.views.replace(index=index)  # queries running on it finish on the unlinked files
     files = index.files
     filled = files[-2].end_timestamp if len(files) >= 2 else 0
     store.checkpoint.index_msg_timestamp = filled
@@ -479,7 +476,7 @@ def rebuild_queues(
             file_size_bytes=store.config.consume_queue_file_size,
             clock=store.clock,
         )
-        store.index = roles.new_index(store, readonly=False, root=side_dir)
+        store.index = store.views.new_index(readonly=False, root=side_dir)
         store.index.load(True, 0)
         live_reput, store.reput_offset = store.reput_offset, store.commit_log.min_offset
     try:
@@ -525,7 +522,7 @@ def _dispatch_all(
             store.commit_log, store.reput_offset, end, max_bytes, store.delay_levels_ms
         )
         for at in range(0, len(columns), _COLUMNS_BATCH):
-            dispatch_write.write_columns(store, columns.slice(at, at + _COLUMNS_BATCH))
+            store.dispatch.write_columns(columns.slice(at, at + _COLUMNS_BATCH))
         total += len(columns)
         if reached == store.reput_offset:
             raise StoreError(f"the CommitLog at {reached} cannot be read (the log changed?)")
@@ -538,11 +535,11 @@ def _dispatch_all(
 def _reload_rebuilt(store: MessageStore) -> None:
     """After the offline swap: load the new files, keep every next queue offset, forget the
     damage, write the checkpoint and the offset snapshot."""
-    queues = roles.new_queues(store, readonly=False)
+    queues = store.views.new_queues(readonly=False)
     queues.load()
     queues.recover_all()
     queues.on_topic_deleted = lambda topic: offset_table.forget_topic(store, topic)
-    index = roles.new_index(store, readonly=False)
+    index = store.views.new_index(readonly=False)
     index.load(True, 0)
     store.queues, store.index = queues, index
     table = store.commit_log.queue_offsets

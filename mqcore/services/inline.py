@@ -54,15 +54,15 @@ from mqcore.services.flush import FlushState
 from mqcore.services.result import StepResult
 from mqcore.services.runner import ServiceLoop
 from mqcore.store import offset_table
+from mqcore.store.sharing.process_role import ProcessRole
 from mqcore.store.sharing.progress import Slot
-from mqcore.store.sharing.roles import Role
 from mqcore.store.store import MessageStore
 from mqcore.tiered.retention import TopicAttributes
 from mqcore.tiered.storage import TieredStorage
 
 
-def store_role(mode: Mode | str) -> Role:
-    """The ``MessageStore`` role for a ``CAIRN_SERVICES`` value.
+def store_role(mode: Mode | str) -> ProcessRole:
+    """The ``MessageStore`` process role for a ``CAIRN_SERVICES`` value.
 
     Raises:
         ValueError: not ``inline`` or ``celery``.

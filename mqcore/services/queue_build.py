@@ -47,7 +47,6 @@ from mqcore.store.recovery import derived_start, rebuild_dir, rebuild_walk
 from mqcore.store.recovery.rebuild_dir import Move
 from mqcore.store.recovery.verify_derived import takes_unit
 from mqcore.store.reput.dispatch_scan import Columns
-from mqcore.store.sharing import roles
 from mqcore.store.sharing.progress import Slot
 from mqcore.store.store import MessageStore
 
@@ -114,8 +113,8 @@ def _reput_position(store: MessageStore) -> int:
 
 def _log_end(store: MessageStore) -> int:
     if store.role == "services":
-        roles.follow_commit_log(store)
-        return roles.confirm_offset(store)
+        store.follower.follow_commit_log()
+        return store.follower.confirm_offset()
     return store.commit_log.confirm_offset
 
 
@@ -268,7 +267,7 @@ def _install(store: MessageStore, job: dict[str, Any]) -> bool:
     rebuild_dir.empty_trash(store.root)
     if store.role == "services" and store.progress is not None:
         # Followers (the broker) reload their views of the derived files.
-        store.seen[Slot.ATTACH_COUNT] = store.progress.increment(Slot.ATTACH_COUNT)
+        store.follower.announce(Slot.ATTACH_COUNT)
     job["state"] = "installed"
     rebuild_dir.rebuild_dir(store.root).joinpath(rebuild_dir.QUEUES_JOB).unlink(missing_ok=True)
     _report(store, job, wanted, installed)
@@ -329,7 +328,7 @@ def _swap(store: MessageStore, side: SideQueues) -> list[QueueKey]:
             retired.append(old)
         table = store.commit_log.queue_offsets
         table[(topic, queue_id)] = max(table.get((topic, queue_id), 0), queue.max_offset)
-    roles.retire(store, *retired)
+    store.views.retire(*retired)
     return keys
 
 

@@ -6,7 +6,7 @@ runner that dies between the CommitLog and the ConsumeQueue loses and duplicates
 Who runs it (``locks.py``): a standalone store (``CAIRN_SERVICES=inline``) on its own thread;
 in Celery mode the one worker holding ``<root>/locks/reput``. The first step of a worker
 takes the lock and *attaches* (recovers the derived files against the CommitLog end the
-broker published, ``mqcore.store.sharing.roles.attach``), then keeps the lock until :func:`release`.
+broker published, ``mqcore.store.sharing.reput_holder``), then keeps the lock until :func:`release`.
 A rebuilt index or rebuilt ConsumeQueues waiting for their swap (``index_build``,
 ``queue_build``) are installed here, by the one process that writes the derived files.
 

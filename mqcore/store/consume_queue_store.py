@@ -318,7 +318,7 @@ class ConsumeQueueStore:
     def replace(self, queue: ConsumeQueue) -> ConsumeQueue | None:
         """Put ``queue`` (loaded from files just swapped in) in the place of the queue of the
         same topic and id. Returns the queue replaced: its files were renamed away, so the
-        caller closes it once its readers are done (``roles.retire``); no cleanup pass
+        caller closes it once its readers are done (``DerivedViews.retire``); no cleanup pass
         deletes through it meanwhile (cleanup skips queues that are no longer current).
         Writer thread, with reput paused."""
         with self._files_lock, self._lock:

@@ -106,6 +106,18 @@ def set_queue_offsets(
     store.quarantine.next_queue_offsets(table)  # offsets quarantined records still show
 
 
+def restore_for_broker(store: MessageStore, end: int) -> None:
+    """A broker-role start (its worker owns the ConsumeQueues): the next queue offsets from
+    what the ConsumeQueues hold, the queue offset snapshot (a lost ConsumeQueue must not
+    restart at 0), and the records of the recovered log (to ``end``) after the older of
+    the snapshot and the worker's dispatch (``store.reput_offset``)."""
+    snapshot = usable_snapshot(store, end)
+    begin = store.reput_offset if snapshot is None else min(snapshot.log_offset, store.reput_offset)
+    scan = scan_after(store, max(begin, store.commit_log.min_offset), end)
+    set_queue_offsets(store, snapshot, scan, dict(store.queues.damaged))
+    store.queue_snapshot = snapshot
+
+
 def save_snapshot(store: MessageStore) -> None:
     """Write the queue offset snapshot if the table changed since the last one. The CommitLog
     writer calls it (standalone or broker role): now and then while it runs (the snapshot

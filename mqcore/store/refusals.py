@@ -4,7 +4,7 @@ Several things refuse puts independently, and one clearing must not undo another
 
     source   set by                                   cleared by
     disk     the disk guard: a partition over the     the disk guard (or, in Celery mode,
-             warning ratio (``services/disk.py``)      the worker's flag: ``roles.py``)
+             warning ratio (``services/disk.py``)      the worker's flag: ``full_disk.py``)
     space    an append found no space to reserve      the next put after RETRY_S, or the
              CommitLog blocks (ENOSPC, EDQUOT)        disk guard once usage is back under
                                                       the warning ratio

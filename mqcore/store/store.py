@@ -2,17 +2,22 @@
 
 ::
 
-    put_message ──▶ CommitLog.append ──(sync flush: flush_until)──▶ PutResult
+    put_message ──▶ CommitLog.append ──(sync flush: flush_until)──▶ PutResult ─▶ Publisher
                           │
-    reput_once  ◀─────────┘  CommitLog.iter_dispatch ─▶ dispatch ─▶ ConsumeQueue.put
-                                                                 ├▶ IndexService.build_index
-                                                                 ├▶ arrivals listeners (long polls)
-                                                                 └▶ listeners (live trace)
+    reput_once  ◀─────────┘  reput_pass.dispatch_pass ─▶ DispatchWriter ─▶ ConsumeQueue.put
+                                                                      ├▶ IndexService.build_index
+                                                                      ├▶ arrivals listeners
+                                                                      └▶ listeners (live trace)
     get_messages, get_records, query_by_key, view_by_id, offset_for_time ─▶ queries.py
+
+The parts it is given or builds: the CommitLog, the derived views (ConsumeQueues, index,
+checkpoint: ``sharing/derived_views.py``), the dispatch writer, and for the process role
+(``sharing/process_role.py``) the Publisher, Follower and ReputHolder of ``sharing/``.
 
 Thread-safety: every public method may be called from any thread once the store is open.
 Appends serialise on the CommitLog's put lock; dispatch serialises on the reput lock (one
-reput runner at a time, whichever thread runs it); reads take no store-wide lock.
+reput runner at a time, whichever thread runs it); a follower's catch-up on the follow lock;
+reads take no store-wide lock.
 """
 
 from __future__ import annotations
@@ -26,26 +31,21 @@ from pathlib import Path
 from types import TracebackType
 
 from mqcore.clock import Clock, SystemClock
-from mqcore.errors import DiskFullError, StoreClosedError, ValidationError
-from mqcore.format.layout import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_TYPE_MASK,
-)
-from mqcore.format.msgid import UniqKeyGenerator, create_offset_msg_id
+from mqcore.errors import DiskFullError, StoreClosedError
+from mqcore.format.msgid import UniqKeyGenerator
 from mqcore.format.record import DispatchRequest
 from mqcore.message import Message, MessageExt
 from mqcore.store import offset_table
-from mqcore.store.commit_log import CommitLog, PendingRecord
+from mqcore.store.commit_log import CommitLog
 from mqcore.store.config import StoreConfig
 from mqcore.store.consume_queue import ConsumeQueue
 from mqcore.store.consume_queue_store import ConsumeQueueStore
 from mqcore.store.files.lockfile import StoreLock
-from mqcore.store.files.prefault import Prefaulter, start_prefaulter
+from mqcore.store.files.prefault import Prefaulter
 from mqcore.store.files.service_lock import CONTINUOUS_SERVICES, ServiceLocks
 from mqcore.store.health import StoreHealth
 from mqcore.store.index.index_service import IndexService
-from mqcore.store.put.pending import DEFAULT_BORN_HOST, pending_record
+from mqcore.store.put.appender import Appender
 from mqcore.store.put.plain_batch import PlainColumns
 from mqcore.store.queue_snapshot import QueueOffsetSnapshot
 from mqcore.store.read import queries
@@ -55,36 +55,27 @@ from mqcore.store.recovery.checkpoint import Checkpoint
 from mqcore.store.recovery.quarantine import Quarantine
 from mqcore.store.recovery.recovery import RecoveryReport, recover
 from mqcore.store.refusals import DISK_SOURCES, Refusals
-from mqcore.store.reput import dispatch_scan, dispatch_write
+from mqcore.store.reput import reput_pass
 from mqcore.store.reput.arrivals import ArrivalsListener
+from mqcore.store.reput.dispatch_write import DispatchWriter
 from mqcore.store.results import (
     BatchPutResults,
     GetResult,
     PutResult,
     PutStatus,
     RefusedPutResult,
-    new_put_result,
 )
-from mqcore.store.sharing import roles
+from mqcore.store.sharing import writer_open
+from mqcore.store.sharing.derived_views import DerivedViews
+from mqcore.store.sharing.follower import Follower, dispatch_limit
+from mqcore.store.sharing.process_role import ProcessRole, check_process_role
 from mqcore.store.sharing.progress import Progress, Slot
-from mqcore.store.sharing.roles import Role
-from mqcore.validation import validate_topic
+from mqcore.store.sharing.publisher import Publisher
+from mqcore.store.sharing.reput_holder import ReputHolder, StartChecks
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[DispatchRequest], None]
-
-
-#: Records dispatched per batch by ``reput_once`` (ConsumeQueue and index writes batched).
-_DISPATCH_BATCH = 1024
-#: The same for reput's column path (``dispatch_write.write_columns``), whose writes cost
-#: a fixed amount per batch more than per record.
-_COLUMNS_BATCH = 4096
-#: Less new CommitLog than this goes the request path: the column path costs ~200 us a call
-#: whatever its size, the request path ~20 us plus ~8-10 us a record.
-_COLUMNS_MIN_BYTES = 4 * 1024
-#: Topic names that passed ``validate_topic`` are remembered (up to this many) to skip the regex.
-_VALID_TOPICS_MAX = 10_000
 
 
 def _ignore(request: DispatchRequest) -> None:
@@ -99,9 +90,15 @@ class MessageStore:
         config: sizes, flush mode and service settings; RocketMQ's defaults when omitted.
         clock: time source (tests pass a FakeClock).
         readonly: open without the writer lock, for tools and Spark; puts then raise.
-        role: who else works on the store (``roles.py``): ``standalone`` (default) does
-            everything in this process; ``broker`` appends and follows the derived files a
-            Celery worker writes; ``services`` is that worker (no writer lock).
+        role: the process role, who else works on the store directory
+            (``sharing/process_role.py``): ``standalone`` (default) does everything in this
+            process; ``broker`` appends and follows the derived files a Celery worker
+            writes; ``services`` is that worker (no writer lock).
+        dispatch: the class of the dispatch writer reput writes through
+            (``reput/dispatch_write.py``); tests give ``ReferenceDispatchWriter``, the
+            one-request-at-a-time oracle.
+        uniq: the generator of the UNIQ_KEYs given to messages without one (tests pass one
+            with a fixed host, pid and counter).
     """
 
     def __init__(
@@ -111,35 +108,23 @@ class MessageStore:
         *,
         clock: Clock | None = None,
         readonly: bool = False,
-        role: Role = "standalone",
+        role: ProcessRole = "standalone",
+        dispatch: type[DispatchWriter] = DispatchWriter,
+        uniq: UniqKeyGenerator | None = None,
     ) -> None:
-        if role not in roles.ROLES or (readonly and role != "standalone"):
-            raise ValueError(f"role must be one of {roles.ROLES} (and standalone if readonly)")
+        self.role: ProcessRole = check_process_role(role, readonly=readonly)
         self.root = Path(root)
         self.config = config or StoreConfig()
         self.clock: Clock = clock or SystemClock()
         self.readonly = readonly
-        self.role: Role = role
-        derived_readonly = readonly or role == "broker"
         self.commit_log = CommitLog(
             self.root, self.config, self.clock, readonly=readonly or role == "services"
         )
         self.delay_levels_ms = self.commit_log.delay_levels_ms
-        self.queues = ConsumeQueueStore(
-            self.root,
-            file_size_bytes=self.config.consume_queue_file_size,
-            readonly=derived_readonly,
-            clock=self.clock,
+        #: The ConsumeQueues, index and checkpoint as this process sees them.
+        self.views = DerivedViews(
+            self.root, self.config, self.clock, readonly=readonly or role == "broker"
         )
-        self.index = IndexService(
-            self.root,
-            self.config.index_hash_slots,
-            self.config.index_max_entries,
-            self.clock,
-            on_file_filled=self._on_index_file_filled,
-            readonly=derived_readonly,
-        )
-        self.checkpoint = Checkpoint(self.root / "checkpoint")
         self.recovery: RecoveryReport | None = None
         #: Damaged queues being rebuilt, and why: puts to them are refused (``derived_start``).
         self.rebuilding_queues: dict[tuple[str, int], str] = {}
@@ -165,27 +150,116 @@ class MessageStore:
         self.unwritable_reason = self._refusals.reason
         #: Offsets shared with the other processes (``progress.py``); None when read-only.
         self.progress: Progress | None = None
-        #: Services role: this process holds reput and writes the derived files.
-        self.attached = False
-        self.attached_generation = -1
-        #: Followers: the progress counters last acted on (``roles.housekeeping``).
-        self.seen: dict[Slot, int] = {}
-        self.publish_lock = threading.Lock()
-        #: Followers: replaced views of the derived files, closed a little later.
-        self.retired: list[tuple[float, roles.View]] = []
+        self._listeners: list[Listener] = []
+        self._arrivals_listeners: list[ArrivalsListener] = []
+        #: Reput's writes (``dispatch_write.py``), into ``views``, then the listeners.
+        self.dispatch = dispatch(
+            self.views,
+            index_enabled=self.config.message_index_enable,
+            listeners=self._listeners,
+            arrivals_listeners=self._arrivals_listeners,
+        )
+        #: What this process publishes for the others; bound to ``progress`` by ``open``.
+        self.publisher = Publisher(None, self.commit_log, self.config, self.root)
+        self._appender = Appender(
+            self.commit_log,
+            self.config,
+            self.clock,
+            uniq or UniqKeyGenerator(clock=self.clock),
+            self.publisher,
+        )
+        #: Set after every append; the inline reput loop waits on it instead of polling.
+        self.appended = self._appender.appended
+        self._follower: Follower | None = None
+        #: Services role: the turn as the one writer of the derived files.
+        self.reput_holder: ReputHolder | None = None
         self._follow_lock = threading.RLock()
         self._service_locks = ServiceLocks(self.root, CONTINUOUS_SERVICES)
         self._lock = StoreLock(self.root)
         self._reput_lock = threading.Lock()
-        self._listeners: list[Listener] = []
-        self._arrivals_listeners: list[ArrivalsListener] = []
-        #: Set after every append; the inline reput loop waits on it instead of polling.
-        self.appended = threading.Event()
-        self._uniq = UniqKeyGenerator(clock=self.clock)
-        self._valid_topics: set[str] = set()
-        #: The writer's pre-fault thread (``prefault.py``), while open.
-        self._prefault: Prefaulter | None = None
         self._open = False
+
+    # -- the parts ------------------------------------------------------------------------
+
+    @property
+    def queues(self) -> ConsumeQueueStore:
+        """The ConsumeQueues as this process sees them now (``views``)."""
+        return self.views.queues
+
+    @queues.setter
+    def queues(self, queues: ConsumeQueueStore) -> None:
+        self.views.queues = queues
+
+    @property
+    def index(self) -> IndexService:
+        """The index files as this process sees them now (``views``)."""
+        return self.views.index
+
+    @index.setter
+    def index(self, index: IndexService) -> None:
+        self.views.index = index
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.views.checkpoint
+
+    @property
+    def prefaulter(self) -> Prefaulter | None:
+        """The CommitLog writer's pre-fault thread (``files/prefault.py``) while open."""
+        return self._appender.prefaulter
+
+    @property
+    def follower(self) -> Follower:
+        """How this process catches up with the others (``sharing/follower.py``).
+
+        Raises:
+            RuntimeError: the store is not open, or read-only (it shares nothing)."""
+        if self._follower is None:
+            raise RuntimeError(f"store {self.root} has no progress file (role {self.role})")
+        return self._follower
+
+    @property
+    def attached(self) -> bool:
+        """Services role: this process holds reput and writes the derived files."""
+        return self.reput_holder is not None and self.reput_holder.attached
+
+    @attached.setter
+    def attached(self, attached: bool) -> None:
+        if self.reput_holder is not None:
+            self.reput_holder.attached = attached
+
+    def _wire_sharing(self, progress: Progress) -> None:
+        """Give the sharing objects their collaborators, once ``progress`` is open."""
+        self.publisher.progress = progress
+        self._follower = Follower(
+            progress,
+            self.commit_log,
+            self.views,
+            listeners=self._listeners,
+            arrivals_listeners=self._arrivals_listeners,
+            after_housekeeping=self._follow_broker_side if self.role == "broker" else _nothing,
+        )
+        if self.role == "services":
+            checks = StartChecks(lambda: derived_start.before_load(self), self._settle_attached)
+            self.reput_holder = ReputHolder(
+                progress,
+                self.commit_log,
+                self.views,
+                self._follower,
+                self.publisher,
+                index_enabled=self.config.message_index_enable,
+                checks=checks,
+                root=self.root,
+            )
+
+    def _follow_broker_side(self) -> None:
+        """Broker role: the worker's rebuild jobs and disk-full flag (``Follower``)."""
+        derived_start.follow_rebuild(self)
+        full_disk.follow_worker_flag(self)
+
+    def _settle_attached(self, cut: int, reput_offset: int) -> None:
+        self.reput_offset = reput_offset
+        derived_start.settle_attached(self, cut)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -204,6 +278,7 @@ class MessageStore:
                 self._service_locks.acquire_all()  # no Celery worker may run them beside us
             if not self.readonly:
                 self.progress = Progress(self.root)
+                self._wire_sharing(self.progress)
             self.health.load()
             self.quarantine.load()
             self._load_and_recover()
@@ -211,7 +286,7 @@ class MessageStore:
             self._release_locks()
             raise
         if self.writable:  # the CommitLog writer: after recovery, before any put
-            self._prefault = start_prefaulter(self.commit_log.segments, self.config)
+            self._appender.start_prefault()
         self._open = True
         return self
 
@@ -219,26 +294,32 @@ class MessageStore:
         self._service_locks.release_all()
         if self.progress is not None:
             self.progress.close()
-            self.progress = None
+            self.progress = self.publisher.progress = None
         self._lock.release()
 
     def _load_and_recover(self) -> None:
         abort = self.root / "abort"
         last_exit_ok = not abort.exists()
         if self.role == "services":
-            roles.open_services(self)
+            self.reput_offset = self.follower.open_services()
             return
         if self.role == "broker":
-            roles.open_broker(self, last_exit_ok)
+            self.recovery, self.reput_offset = writer_open.open_writer(
+                self.follower,
+                self.publisher,
+                last_exit_ok=last_exit_ok,
+                check_crc=self.config.check_crc_on_recover,
+            )
+            offset_table.restore_for_broker(self, self.recovery.end_offset)
             full_disk.write_abort(self)
             return
         if not self.readonly:
             derived_start.before_load(self)
         self.commit_log.load()
         self.queues.load()
-        self.checkpoint = Checkpoint.load(self.root / "checkpoint")
+        checkpoint = self.views.load_checkpoint()
         # A reader of a live store sees ``abort`` too; it must not skip the newest index files.
-        self.index.load(last_exit_ok or self.readonly, self.checkpoint.index_msg_timestamp)
+        self.index.load(last_exit_ok or self.readonly, checkpoint.index_msg_timestamp)
         if self.readonly:
             # Find the ends of data without changing a byte: the same pass recovery runs,
             # with nothing dispatched and truncation done in memory only.
@@ -246,7 +327,7 @@ class MessageStore:
                 self.commit_log,
                 self.queues,
                 self.index,
-                self.checkpoint,
+                checkpoint,
                 last_exit_ok=True,
                 dispatch=_ignore,
                 index_dispatch=_ignore,
@@ -260,10 +341,10 @@ class MessageStore:
             self.commit_log,
             self.queues,
             self.index,
-            self.checkpoint,
+            checkpoint,
             last_exit_ok=last_exit_ok,
-            dispatch=stall.wrap(self._dispatch),
-            index_dispatch=stall.wrap(self._dispatch_index),
+            dispatch=stall.wrap(self.dispatch.write_one),
+            index_dispatch=stall.wrap(self.dispatch.write_index),
         )
         self.reput_offset = self.recovery.end_offset
         derived_start.settle(self, stall.at)  # with a full disk: the check waits for reput
@@ -271,15 +352,15 @@ class MessageStore:
         self.queues.clean_expired(self.commit_log.min_offset)
         full_disk.flush_checkpoint(self)
         full_disk.write_abort(self)
-        roles.publish_standalone(self, last_exit_ok)
+        self.publisher.writer_opened(
+            self.commit_log.max_offset, last_exit_ok, reput_offset=self.reput_offset
+        )
 
     def close(self) -> None:
         """Dispatch what is left, flush everything, remove ``abort`` and unlock."""
         if not self._open:
             return
-        prefault, self._prefault = self._prefault, None
-        if prefault is not None:
-            prefault.stop()  # before the segments are closed
+        self._appender.stop_prefault()  # before the segments are closed
         if self.role != "standalone":
             self._close_shared()
             return
@@ -299,38 +380,31 @@ class MessageStore:
             offset_table.save_snapshot(self)
         caught_up = self.reput_offset >= self.commit_log.max_offset
         self._open = False
-        roles.close_retired(self)
-        self.index.close()
-        self.queues.close()
+        self.views.close()
         self.commit_log.close()
         if not self.readonly:
             if caught_up:
                 (self.root / "abort").unlink(missing_ok=True)
-            roles.publish_append(self)
-            if self.progress is not None:
-                self.progress.set(Slot.WRITER_PID, 0)
+            self.publisher.writer_closed()
             self._release_locks()
 
     def _close_shared(self) -> None:
         """Close a broker- or services-role store: each side flushes only what it writes."""
-        progress = roles.progress_of(self)
+        progress = self.follower.progress
         caught_up = False
         if self.role == "broker":
             while self.commit_log.flush(0):
                 pass
             offset_table.save_snapshot(self)
-            roles.publish_append(self)
-            progress.set(Slot.WRITER_PID, 0)
+            self.publisher.writer_closed()
             caught_up = (
                 progress.get(Slot.REPUT_GENERATION) == progress.get(Slot.GENERATION)
                 and progress.get(Slot.REPUT_OFFSET) >= self.commit_log.max_offset
             )
-        else:
-            roles.detach(self)
+        elif self.reput_holder is not None:
+            self.reput_holder.detach(self.reput_offset)
         self._open = False
-        roles.close_retired(self)
-        self.index.close()
-        self.queues.close()
+        self.views.close()
         self.commit_log.close()
         if caught_up:
             (self.root / "abort").unlink(missing_ok=True)
@@ -390,8 +464,7 @@ class MessageStore:
         if self.rebuilding_queues and (refused := derived_start.refused_puts(self, msgs, queue_id)):
             return refused
         try:
-            plain = self._put_plain(msgs, queue_id)
-            return plain if plain is not None else self._put_general(msgs, queue_id)
+            return self._appender.put(msgs, queue_id)
         except DiskFullError as exc:  # raised before a byte was written
             return self._refused(msgs, queue_id, exc)
 
@@ -409,8 +482,12 @@ class MessageStore:
         ):
             return self.put_batch(columns.to_messages(), queue_id)
         try:
-            put = self._put_plain(columns, queue_id)
-            return put if put is not None else self._put_general(columns.to_messages(), queue_id)
+            put = self._appender.put_plain(columns, queue_id)
+            return (
+                put
+                if put is not None
+                else self._appender.put_general(columns.to_messages(), queue_id)
+            )
         except DiskFullError as exc:  # raised before a byte was written
             return self._refused(columns.to_messages(), queue_id, exc)
 
@@ -433,92 +510,6 @@ class MessageStore:
             self.set_writable(True, "", source="abort")
         self.set_writable(True, "", source="space")  # the put itself tries the reservation
         return self.writable
-
-    def _put_general(self, msgs: Sequence[Message], queue_id: int) -> list[PutResult]:
-        """The general put path: a record and a PutResult object per message."""
-        pending = [self._prepare(m, queue_id) for m in msgs]
-        appended = self.commit_log.append([p for p, _, _ in pending])
-        self._appended_to(appended[-1].phys_offset + appended[-1].size)
-        status = PutStatus.PUT_OK
-        if self.config.flush == "sync" and any(wait for _, _, wait in pending):
-            last = appended[-1]
-            if not self.commit_log.flush_until(last.phys_offset + last.size):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-            roles.publish_append(self)
-            self.appended.set()  # reput may now dispatch up to the new flushed offset
-        host = self.config.store_host
-        results: list[PutResult] = []
-        for (p, uniq, _), a in zip(pending, appended, strict=True):
-            # PutResult(...) field by field (``results.new_put_result`` says why).
-            r = new_put_result()
-            r.status = status
-            r.topic = p.topic
-            r.queue_id = p.queue_id
-            r.msg_id = uniq
-            r.offset_msg_id = create_offset_msg_id(host, a.phys_offset)
-            r.phys_offset = a.phys_offset
-            r.queue_offset = a.queue_offset
-            r.store_timestamp = a.store_timestamp
-            r.wrote_bytes = a.size
-            r.__class__ = PutResult
-            results.append(r)
-        return results
-
-    def _put_plain(
-        self, msgs: Sequence[Message] | PlainColumns, queue_id: int
-    ) -> BatchPutResults | None:
-        """The plain-batch path (``plain_batch.py``), or None to take the general one."""
-        topic = msgs.topic if isinstance(msgs, PlainColumns) else msgs[0].topic
-        if topic not in self._valid_topics:
-            try:
-                self._remember_valid(topic)
-            except ValidationError:
-                return None  # the general path raises it, in its order
-        head, first = self._uniq.reserve(len(msgs))
-        results = self.commit_log.append_plain(
-            msgs, queue_id, head, first, self.clock.now_ms(), DEFAULT_BORN_HOST
-        )
-        if results is None:
-            return None
-        end = results.end
-        self._appended_to(end)
-        if self.config.flush == "sync":  # plain messages carry no WAIT=false
-            if not self.commit_log.flush_until(end):
-                results = results.with_status(PutStatus.FLUSH_DISK_TIMEOUT)
-            roles.publish_append(self)
-            self.appended.set()  # reput may now dispatch up to the new flushed offset
-        return results
-
-    def _appended_to(self, end: int) -> None:
-        """After an append that ended at CommitLog offset ``end``: publish it, keep the
-        pre-fault window ahead of it and wake reput."""
-        roles.publish_append(self, end)
-        prefault = self._prefault
-        if prefault is not None and end > prefault.trigger:
-            prefault.wake()
-        if not self.appended.is_set():  # set() takes the Event's lock even when it is set
-            self.appended.set()
-
-    def _remember_valid(self, topic: str) -> None:
-        """``validate_topic``, remembered: a store sees a few topics, checked once each."""
-        validate_topic(topic)
-        if len(self._valid_topics) >= _VALID_TOPICS_MAX:
-            self._valid_topics.clear()
-        self._valid_topics.add(topic)
-
-    def _prepare(self, msg: Message, queue_id: int) -> tuple[PendingRecord, str, bool]:
-        """The general path's record of ``msg`` (``pending.pending_record``), its topic
-        checked first."""
-        if msg.topic not in self._valid_topics:
-            self._remember_valid(msg.topic)
-        return pending_record(
-            msg,
-            queue_id,
-            uniq=self._uniq,
-            clock=self.clock,
-            max_message_size=self.config.max_message_size,
-            store_host=self.config.store_host,
-        )
 
     # -- dispatch (reput) -----------------------------------------------------------------
 
@@ -570,92 +561,54 @@ class MessageStore:
         """The sources refusing puts now. Thread-safe."""
         return self._refusals.sources
 
-    def _dispatch(self, request: DispatchRequest) -> None:
-        tx = request.sys_flag & TRANSACTION_TYPE_MASK
-        if tx in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            queue = self.queues.find_or_create(request.topic, request.queue_id)
-            queue.put(request.phys_offset, request.size, request.tags_code, request.queue_offset)
-            self.checkpoint.logics_msg_timestamp = request.store_timestamp
-        self._dispatch_index(request)
-
-    def _dispatch_index(self, request: DispatchRequest) -> None:
-        if self.config.message_index_enable:
-            self.index.build_index(
-                request.topic,
-                request.phys_offset,
-                request.store_timestamp,
-                request.uniq_key,
-                request.keys,
-                request.sys_flag & TRANSACTION_TYPE_MASK,
-            )
-
-    def _on_index_file_filled(self, end_timestamp: int) -> None:
-        self.checkpoint.index_msg_timestamp = end_timestamp
-
     def reput_once(self, max_bytes: int = 4 * 1024 * 1024) -> int:
         """Dispatch new records up to the confirm offset (at most ``max_bytes`` of log).
-        The reput service's step. Returns the number of records dispatched."""
+        The reput service's step. Returns the number of records dispatched. A broker-role
+        store follows what its worker dispatched instead (``Follower.follow_dispatch``)."""
         self._check_open()
-        if self.role == "broker":  # the worker dispatched: follow it (``roles.py``)
+        if self.role == "broker":
             with self._follow_lock:
-                return roles.follow_dispatch(self, max_bytes)
+                count, self.reput_offset = self.follower.follow_dispatch(
+                    self.reput_offset, max_bytes, self.delay_levels_ms
+                )
+                return count
         with self._reput_lock:
-            if self.role == "services":
-                end = roles.before_reput(self)
+            if self.reput_holder is not None:
+                end, self.reput_offset = self.reput_holder.before_reput(self.reput_offset)
             else:
                 end = self.commit_log.confirm_offset
-            count = 0
-            # Columns, not requests (``dispatch_scan.py``), unless there are only a few
-            # records, or per-record listeners.
-            if not self._listeners and end - self.reput_offset >= _COLUMNS_MIN_BYTES:
-                columns, reached = dispatch_scan.dispatch_columns(
-                    self.commit_log, self.reput_offset, end, max_bytes, self.delay_levels_ms
-                )
-                dispatched = len(columns)
-                if dispatched <= _COLUMNS_BATCH:
-                    dispatch_write.write_columns(self, columns)
-                else:
-                    for start in range(0, dispatched, _COLUMNS_BATCH):
-                        part = columns.slice(start, start + _COLUMNS_BATCH)
-                        dispatch_write.write_columns(self, part)
-                self.reput_offset = reached
-                roles.publish_reput(self)
-                return dispatched
-            batch: list[DispatchRequest] = []
-            for item in self.commit_log.iter_dispatch(
-                self.reput_offset, end, max_bytes, self.delay_levels_ms
-            ):
-                if isinstance(item, int):
-                    self._dispatch_many(batch)
-                    count += len(batch)
-                    self.reput_offset = item
-                    break
-                batch.append(item)
-                if len(batch) >= _DISPATCH_BATCH:
-                    self._dispatch_many(batch)
-                    count += len(batch)
-                    batch = []
-            roles.publish_reput(self)
+            count, self.reput_offset = reput_pass.dispatch_pass(
+                self.commit_log,
+                self.dispatch,
+                self.reput_offset,
+                end,
+                max_bytes=max_bytes,
+                delay_levels_ms=self.delay_levels_ms,
+                per_record=bool(self._listeners),
+            )
+            self.publisher.reput(self.reput_offset, self.views.checkpoint)
             return count
-
-    def _dispatch_many(self, batch: Sequence[DispatchRequest]) -> None:
-        """``_dispatch`` then the listeners, in batches (``dispatch_write.write_requests``)."""
-        dispatch_write.write_requests(self, batch)
 
     def attach(self) -> bool:
         """Services role: become the one writer of derived files. The caller holds the reput
         service lock. Returns False while no CommitLog writer has published its end yet."""
         self._check_open()
+        holder = self.reput_holder
+        if holder is None:
+            raise RuntimeError(f"store {self.root}: only a services-role store attaches")
         with self._reput_lock, self._follow_lock:
-            if roles.progress_of(self).get(Slot.GENERATION) == 0:
+            if holder.progress.get(Slot.GENERATION) == 0:
                 return False
-            roles.attach(self)
+            start = holder.attach()
+            if start is not None:
+                self.reput_offset = start
             return True
 
     def detach(self) -> None:
         """Services role: stop writing derived files (before the reput lock is released)."""
         with self._reput_lock, self._follow_lock:
-            roles.detach(self)
+            if self.reput_holder is not None:
+                self.reput_holder.detach(self.reput_offset)
 
     @contextmanager
     def dispatch_paused(self) -> Iterator[None]:
@@ -665,15 +618,16 @@ class MessageStore:
 
     def follow_others(self) -> None:
         """Followers (broker role, unattached services): catch up with what the other
-        processes did to the files (``roles.housekeeping``) and extend every queue."""
+        processes did to the files (``Follower.housekeeping``) and extend every queue."""
         self._check_open()
         if self.role == "standalone" or self.attached:
             return
         with self._follow_lock:
+            follower = self.follower
             if self.role == "services":
-                roles.follow_commit_log(self)
-            roles.housekeeping(self)
-            roles.refresh_all_queues(self)
+                follower.follow_commit_log()
+            follower.housekeeping()
+            follower.refresh_all_queues()
 
     def dispatch_until_caught_up(self) -> int:
         """Run reput until it reaches the CommitLog's confirm offset. Returns records dispatched."""
@@ -691,7 +645,7 @@ class MessageStore:
         if self.role == "standalone" or progress is None:
             return max(0, self.commit_log.confirm_offset - self.reput_offset)
         confirm = progress.get(Slot.CONFIRM_OFFSET)
-        return max(0, confirm - roles.dispatch_limit(progress))
+        return max(0, confirm - dispatch_limit(progress))
 
     @property
     def follows_derived_files(self) -> bool:
@@ -706,13 +660,13 @@ class MessageStore:
             queue is None or offset is None or offset >= queue.max_offset
         ):
             with self._follow_lock:
-                queue = roles.refresh_queue(self, topic, queue_id)
+                queue = self.follower.refresh_queue(topic, queue_id)
         return queue
 
     def _read_index(self) -> None:
         if self.follows_derived_files:
             with self._follow_lock:
-                roles.refresh_index(self)
+                self.follower.refresh_index()
 
     def _update_checkpoint_times(self) -> None:
         last = self.commit_log.segments.last()
@@ -794,3 +748,7 @@ class MessageStore:
     def max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._read_queue(topic, queue_id)
         return queue.max_offset if queue is not None else 0
+
+
+def _nothing() -> None:
+    return None

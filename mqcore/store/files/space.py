@@ -44,6 +44,7 @@ import errno
 import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from mqcore.errors import DiskFullError
@@ -71,6 +72,25 @@ def disk_full_error(exc: OSError, doing: str) -> DiskFullError:
     errno, for the operator and for the producer's error reply."""
     reason = os.strerror(exc.errno) if exc.errno is not None else str(exc)
     return DiskFullError(f"disk full: {doing} failed ({reason})")
+
+
+def quietly(write: Callable[[], object], what: str) -> bool:
+    """Run ``write``; on a full disk log ``what`` and the error instead of raising.
+
+    Returns:
+        Whether it was written.
+
+    Raises:
+        OSError: any failure other than a full disk.
+    """
+    try:
+        write()
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        log.warning("%s: disk full (%s)", what, exc)
+        return False
+    return True
 
 
 def reserve(fd: int, start: int, length: int, path: str | os.PathLike[str]) -> None:

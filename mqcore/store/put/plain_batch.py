@@ -1,7 +1,7 @@
 """The put path of plain batches: messages without user properties, one topic.
 
 A producer's batch is nearly always of this shape (tags, keys, maybe a delay level, one
-topic). The general path (``MessageStore._prepare`` → ``PendingRecord`` →
+topic). The general path (``Appender.prepare`` → ``PendingRecord`` →
 ``CommitLog.append`` → ``encode_record_parts`` → PutResult) spent ~80% of its time on
 per-message objects and calls rather than on the record. :func:`encode_plain` does it all
 in one flat loop with the same result, byte for byte (``test_plain_batch.py`` compares

@@ -10,7 +10,7 @@ find no space fall in three kinds:
   until it has (:func:`pause_dispatch`). The queue offset table counts the records not
   dispatched yet, so a new record never takes a queue offset one of them holds.
 * **Small files that only save work** (checkpoint, ``services/store.json``): skipped with a
-  warning (:func:`quietly`); the next write or start makes up for them.
+  warning (:func:`~mqcore.store.files.space.quietly`); the next write or start makes up for them.
 * **The ``abort`` marker**, whose absence means "the last run exited cleanly, skip the
   rescan": its existence is the mark, so a file created empty (an inode, no block) will do;
   if even that fails (no inode left), puts are refused (a crash now would lose the rescan)
@@ -42,6 +42,7 @@ from mqcore.store.commit_log import CommitLog
 from mqcore.store.files import space
 from mqcore.store.health import StoreHealth
 from mqcore.store.refusals import DISK_SOURCES, Refusals
+from mqcore.store.sharing.progress import DISK_FULL, LOGIC_DISK_FULL, Slot
 
 if TYPE_CHECKING:
     from mqcore.store.store import MessageStore
@@ -93,6 +94,21 @@ def pause_dispatch(store: MessageStore, stall: DispatchStall) -> None:
     store.set_writable(False, f"disk full: reput paused ({stall.reason})", source="reput")
 
 
+def follow_worker_flag(store: MessageStore) -> None:
+    """A broker-role store: refuse puts while the Celery worker's disk check publishes a full
+    disk (``progress.py`` DISK_FLAGS), and accept them again once it no longer does."""
+    progress = store.progress
+    if progress is None:
+        return
+    if progress.get(Slot.DISK_FLAGS) & (DISK_FULL | LOGIC_DISK_FULL):
+        usage = progress.get(Slot.DISK_USAGE_PPM) / 10_000
+        store.set_writable(
+            False, f"disk full ({usage:.1f}% used): puts refused until cleanup frees space"
+        )
+    elif store.unwritable_reason.startswith("disk full"):
+        store.set_writable(True, "")
+
+
 def count_undispatched(commit_log: CommitLog, from_offset: int) -> None:
     """Raise ``commit_log.queue_offsets`` past every queue offset held by a record from
     ``from_offset`` to the end of the log (the table was built from the ConsumeQueues,
@@ -113,28 +129,9 @@ def count_undispatched(commit_log: CommitLog, from_offset: int) -> None:
         offset = reached
 
 
-def quietly(write: Callable[[], object], what: str) -> bool:
-    """Run ``write``; on a full disk log ``what`` and the error instead of raising.
-
-    Returns:
-        Whether it was written.
-
-    Raises:
-        OSError: any failure other than a full disk.
-    """
-    try:
-        write()
-    except OSError as exc:
-        if not space.is_disk_full(exc):
-            raise
-        log.warning("%s: disk full (%s)", what, exc)
-        return False
-    return True
-
-
 def flush_checkpoint(store: MessageStore) -> None:
     """Write the checkpoint; it only shortens the next recovery, so a full disk skips it."""
-    quietly(store.checkpoint.flush, f"store {store.root}: checkpoint not written")
+    space.quietly(store.checkpoint.flush, f"store {store.root}: checkpoint not written")
 
 
 def write_abort(store: MessageStore) -> bool:

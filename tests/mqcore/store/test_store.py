@@ -376,7 +376,9 @@ def test_close_flushes_every_file_before_declaring_a_clean_exit(
 
 
 def test_a_batch_that_fails_to_encode_leaves_no_queue_offset_gap(tmp_path: Path) -> None:
+    from mqcore.format.msgid import UniqKeyGenerator
     from mqcore.store.commit_log import PendingRecord
+    from mqcore.store.put.pending import pending_record
 
     cfg = StoreConfig(
         commitlog_file_size=64 * 1024,
@@ -386,7 +388,14 @@ def test_a_batch_that_fails_to_encode_leaves_no_queue_offset_gap(tmp_path: Path)
     )
     with MessageStore(tmp_path, cfg) as store:
         store.put_message(Message("Gap", b"first"))
-        good = store._prepare(Message("Gap", b"second"), 0)[0]
+        good = pending_record(
+            Message("Gap", b"second"),
+            0,
+            uniq=UniqKeyGenerator(clock=store.clock),
+            clock=store.clock,
+            max_message_size=cfg.max_message_size,
+            store_host=cfg.store_host,
+        )[0]
         # A record whose body is not bytes cannot be encoded: the batch fails midway.
         bad = PendingRecord(**{**{f: getattr(good, f) for f in good.__slots__}, "body": None})  # type: ignore[arg-type]
         with pytest.raises(TypeError):

@@ -1,9 +1,10 @@
 """The store's batch fast paths leave exactly the files the one-at-a-time paths leave.
 
-Reput dispatches in batches (``MessageStore._dispatch_many``: ``ConsumeQueueStore.put_many``,
-``IndexService.build_index_many``); here a second store dispatches every record through
-``_dispatch`` (the recovery path, one record at a time) and every derived file must be equal
-byte for byte, listeners called in the same order. The put path's dict-free property encoding
+Reput dispatches in batches (``DispatchWriter.write_requests``: ``ConsumeQueueStore.put_many``,
+``IndexService.build_index_many``); here a second store is given ``ReferenceDispatchWriter``,
+which dispatches every record through ``DispatchWriter.write_one`` (the recovery path, one
+record at a time), and every derived file must be equal byte for byte, listeners called in
+the same order. The put path's dict-free property encoding
 and batch record encoding are covered the same way: the CommitLog bytes must equal records
 built with the reference encoders.
 """
@@ -17,9 +18,10 @@ from typing import Any
 from mqcore.clock import FakeClock
 from mqcore.format.msgid import HostAddress
 from mqcore.format.properties import encode_properties
-from mqcore.format.record import DispatchRequest, decode_record, encode_record
+from mqcore.format.record import decode_record, encode_record
 from mqcore.message import Message
 from mqcore.store import MessageStore, StoreConfig
+from mqcore.store.reput.dispatch_write import DispatchWriter, ReferenceDispatchWriter
 
 T0 = 1_700_000_000_000
 SMALL = StoreConfig(
@@ -68,25 +70,17 @@ def derived_files(root: Path) -> dict[str, bytes]:
 
 
 def test_batched_reput_writes_the_files_of_one_by_one_dispatch(tmp_path: Path) -> None:
-    """Three stores: ``batched`` (a listener: requests, ``_dispatch_many``), ``rows`` (no
-    listener: ``dispatch_scan`` rows) and ``single`` (``_dispatch`` one request at a time)."""
+    """Three stores: ``batched`` (a listener: requests, ``write_requests``), ``rows`` (no
+    listener: ``dispatch_scan`` rows) and ``single`` (``write_one`` one request at a time)."""
     seen: dict[str, list[int]] = {"batched": [], "single": []}
     stores = {}
     puts = messages(5, 600)
     for name in ("batched", "rows", "single"):
         clock = FakeClock(T0)
-        store = MessageStore(tmp_path / name, SMALL, clock=clock).open()
+        writer = ReferenceDispatchWriter if name == "single" else DispatchWriter
+        store = MessageStore(tmp_path / name, SMALL, clock=clock, dispatch=writer).open()
         if name in seen:
             store.add_listener(lambda r, name=name: seen[name].append(r.phys_offset))
-        if name == "single":
-
-            def one_by_one(batch: list[DispatchRequest], store: MessageStore = store) -> None:
-                for request in batch:
-                    store._dispatch(request)
-                    for listener in store._listeners:
-                        listener(request)
-
-            store._dispatch_many = one_by_one  # type: ignore[method-assign]
         for step, (queue_id, batch) in enumerate(puts):
             store.put_messages(batch, queue_id)
             clock.advance(step % 3)
@@ -167,16 +161,17 @@ def plain_runs(seed: int, count: int) -> list[tuple[int, list[Message]]]:
     return out
 
 
-def dispatch_one_by_one(store: MessageStore) -> None:
-    """Make ``store`` dispatch through requests, one ``_dispatch`` each: the reference the
-    fast paths are compared with."""
+def open_store(
+    path: Path, config: StoreConfig, clock: FakeClock, *, reference: bool
+) -> MessageStore:
+    """An open store; ``reference``: one that dispatches through requests, one
+    ``write_one`` each (``ReferenceDispatchWriter``), the reference the fast paths are
+    compared with."""
+    if not reference:
+        return MessageStore(path, config, clock=clock).open()
+    store = MessageStore(path, config, clock=clock, dispatch=ReferenceDispatchWriter).open()
     store.add_listener(lambda r: None)  # requests, not rows or columns
-
-    def one_by_one(batch: list[DispatchRequest], store: MessageStore = store) -> None:
-        for request in batch:
-            store._dispatch(request)
-
-    store._dispatch_many = one_by_one  # type: ignore[method-assign]
+    return store
 
 
 def assert_same_derived_files(stores: dict[str, MessageStore], path: Path, reference: Path) -> None:
@@ -194,9 +189,7 @@ def test_rows_path_on_plain_runs_writes_the_files_of_one_by_one_dispatch(tmp_pat
     stores = {}
     for name in ("rows", "single"):
         clock = FakeClock(T0)
-        store = MessageStore(tmp_path / name, SMALL, clock=clock).open()
-        if name == "single":
-            dispatch_one_by_one(store)
+        store = open_store(tmp_path / name, SMALL, clock, reference=name == "single")
         rng = random.Random(2)
         for queue_id, batch in plain_runs(8, 3000):
             store.put_messages(batch, queue_id)
@@ -257,9 +250,7 @@ def assert_column_path_writes_the_reference_files(
     stores = {}
     for name in ("columns", "single"):
         clock = FakeClock(T0)
-        store = MessageStore(tmp_path / name, MIDDLE, clock=clock).open()
-        if name == "single":
-            dispatch_one_by_one(store)
+        store = open_store(tmp_path / name, MIDDLE, clock, reference=name == "single")
         arrivals: list[object] = []
         store.add_arrivals_listener(arrivals.append)
         rng = random.Random(3)

@@ -140,13 +140,13 @@ def test_records_are_those_of_a_store_without_it(tmp_path: Path) -> None:
     for prefault in (0, 8 * PAGE):
         root = tmp_path / f"p{prefault}"
         with MessageStore(root, _config(prefault), clock=FakeClock(T0)) as store:
-            assert (store._prefault is not None) == (prefault > 0)
+            assert (store.prefaulter is not None) == (prefault > 0)
             for i in range(0, 600, 30):  # ~190 KB: rolls over three segments
                 results = store.put_messages(_batch(i, 30))
                 assert all(r.ok for r in results)
-                if store._prefault is not None:
-                    store._prefault.step()  # as the thread would, whenever it runs
-            thread = store._prefault
+                if store.prefaulter is not None:
+                    store.prefaulter.step()  # as the thread would, whenever it runs
+            thread = store.prefaulter
         assert thread is None or not thread.alive  # stopped by close
         report = check_store(root, infer_geometry(root))
         assert report.ok, report.defects
@@ -159,9 +159,9 @@ def test_records_are_those_of_a_store_without_it(tmp_path: Path) -> None:
 def test_readonly_and_disabled_stores_run_no_thread(tmp_path: Path) -> None:
     with MessageStore(tmp_path, _config(0)) as store:
         store.put_messages(_batch(0, 3))
-        assert store._prefault is None
+        assert store.prefaulter is None
     with MessageStore(tmp_path, _config(8 * PAGE), readonly=True) as reader:
-        assert reader._prefault is None
+        assert reader.prefaulter is None
 
 
 def test_config_rejects_a_negative_window() -> None:

@@ -196,10 +196,8 @@ def test_sync_flush_plain_batch_is_on_disk_when_it_returns(tmp_path: Path) -> No
 
 
 def test_uniq_key_counter_wraps_inside_a_batch(tmp_path: Path) -> None:
-    with MessageStore(tmp_path, SMALL, clock=FakeClock(T0)) as store:
-        store._uniq = UniqKeyGenerator(
-            ip="10.0.0.1", pid=1, clock=FakeClock(T0), counter_start=0xFFF0
-        )
+    uniq = UniqKeyGenerator(ip="10.0.0.1", pid=1, clock=FakeClock(T0), counter_start=0xFFF0)
+    with MessageStore(tmp_path, SMALL, clock=FakeClock(T0), uniq=uniq) as store:
         twin = UniqKeyGenerator(ip="10.0.0.1", pid=1, clock=FakeClock(T0), counter_start=0xFFF0)
         store.put_message(Message("T", b"validates"))
         twin.next_id()

@@ -207,8 +207,8 @@ def test_the_grid_encodes_as_the_messages_with_an_ipv6_store_host(name: str) -> 
 def _twin_stores(tmp_path: Path) -> tuple[MessageStore, MessageStore]:
     stores = []
     for name in ("messages", "columns"):
-        store = MessageStore(tmp_path / name, SMALL, clock=FakeClock(T0)).open()
-        store._uniq = UniqKeyGenerator(ip="10.0.0.1", pid=1, clock=FakeClock(T0))
+        uniq = UniqKeyGenerator(ip="10.0.0.1", pid=1, clock=FakeClock(T0))
+        store = MessageStore(tmp_path / name, SMALL, clock=FakeClock(T0), uniq=uniq).open()
         store.put_message(Message("T", b"first"))
         stores.append(store)
     return stores[0], stores[1]

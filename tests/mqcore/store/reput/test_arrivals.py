@@ -85,7 +85,7 @@ def test_prepared_records_are_not_arrivals(tmp_path: Path) -> None:
 
 def test_a_broker_role_store_hears_arrivals_when_it_follows_the_worker(tmp_path: Path) -> None:
     """Celery mode: the worker dispatches, the broker-role store's follow step names the
-    queues that grew, after they are readable (``roles.follow_dispatch``)."""
+    queues that grew, after they are readable (``Follower.follow_dispatch``)."""
     broker = MessageStore(tmp_path, SMALL, role="broker").open()
     worker = MessageStore(tmp_path, SMALL, role="services").open()
     try:
