@@ -209,6 +209,8 @@ def _other_fields(item: dict[str, Any], m: Any) -> bool:
         for name, value in properties.items():
             if not name or value.__class__ is not str or not _text(name, 0) or not _text(value, 0):
                 return False
+            if name.startswith("__kafka."):  # reserved: the serializer says why
+                return False
     sharding_key = item.get("sharding_key")
     if sharding_key is not None and (
         sharding_key.__class__ is not str

@@ -20,9 +20,8 @@ step  check                                       raises               rule
 8     at least one message; per message: body     ValidationError /    ``empty`` ``max_size``
       non-empty and <= max_message_size;          MessageIllegalError  ``range``
       delay level >= 0; no reserved property                           ``reserved_name``
-      names (nor ``__kafka.*``); encoded                               ``max_batch_bytes``
-      properties <= 32767 bytes (9); batch
-      body bytes <= max_batch_bytes
+      names; encoded properties <= 32767 bytes                         ``max_batch_bytes``
+      (9); batch body bytes <= max_batch_bytes
 ====  ==========================================  ===================  ========================
 
 In a batch, per-message fields are named ``messages[i].body`` and so on. Nothing is stored
@@ -75,7 +74,6 @@ from mqcore.format.properties import (
     encode_properties,
     is_system_property,
 )
-from mqcore.kafka_properties import is_reserved_property
 from mqcore.message import Message, plain_message
 from mqcore.metadata import Metadata, TopicConfig
 from mqcore.metadata.topics import (
@@ -428,16 +426,6 @@ def _to_message(
                 "reserved_name",
                 f"{field}: {name!r} is reserved by the broker; use the message's own fields"
                 " (tag, keys, delay_level) instead",
-            )
-        if is_reserved_property(name):
-            # The Kafka listener's bookkeeping: sent under such a name, a property would be
-            # read back as a Kafka record's headers (mqcore/kafka_properties.py).
-            field = f"{prefix}properties"
-            raise ValidationError(
-                field,
-                "reserved_name",
-                f"{field}: {name!r} is reserved: names starting with '__kafka.' are the"
-                " Kafka listener's",
             )
     props[PROPERTY_UNIQ_KEY] = uniq.next_id()
     message = Message(

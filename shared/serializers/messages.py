@@ -136,6 +136,13 @@ class MessageInSerializer(StrictSerializer):
         for name, text in value.items():
             if not name:
                 raise serializers.ValidationError("a property name may not be empty", code="blank")
+            if is_reserved_property(name):
+                # The Kafka listener's bookkeeping: sent under such a name, a property would
+                # be read back as a Kafka record's headers (mqcore/kafka_properties.py).
+                raise serializers.ValidationError(
+                    f"property {name!r}: names starting with '__kafka.' are reserved",
+                    code="reserved_name",
+                )
             record_text(name)
             record_text(text)
         return value
