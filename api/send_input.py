@@ -32,6 +32,7 @@ from typing import Any
 
 from mqcore.broker.types import OutgoingMessage
 from mqcore.format.msgid import HostAddress
+from mqcore.kafka_properties import is_reserved_property
 from mqcore.message import Message, plain_message
 from shared.serializers.common import INT32_MAX
 
@@ -209,7 +210,7 @@ def _other_fields(item: dict[str, Any], m: Any) -> bool:
         for name, value in properties.items():
             if not name or value.__class__ is not str or not _text(name, 0) or not _text(value, 0):
                 return False
-            if name.startswith("__kafka."):  # reserved: the serializer says why
+            if is_reserved_property(name):  # the serializer says why
                 return False
     sharding_key = item.get("sharding_key")
     if sharding_key is not None and (
